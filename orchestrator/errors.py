@@ -1,0 +1,67 @@
+"""One exception hierarchy, rooted in :class:`OrchestratorError`.
+
+Most failures inside a run never surface as exceptions: a tool's error becomes an ``is_error``
+tool result the model can react to, and an agent that cannot go on ends with a
+:class:`~orchestrator.RunStatus`. The exceptions below are for the cases a program must handle:
+a definition that cannot run (raised when the agent, tool or tree is built), a failed run the
+caller asked to be raised (:meth:`RunResult.raise_for_status`), and model errors that adapters
+raise for the loop to turn into statuses.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .run import RunResult
+
+__all__ = [
+    "ConfigurationError",
+    "ModelError",
+    "OrchestratorError",
+    "RunFailedError",
+    "ToolError",
+]
+
+
+class OrchestratorError(Exception):
+    """Base class of every exception this library raises on purpose."""
+
+
+class ConfigurationError(OrchestratorError, ValueError):
+    """A definition (agent, tool, policy, limits, tree) that cannot run as written.
+
+    Raised when the object is built or the tree is validated, before any model call, with a
+    message naming the offending part.
+    """
+
+
+class ToolError(OrchestratorError):
+    """Raise inside a tool to return ``message`` to the model as an ``is_error`` result.
+
+    Any other exception does the same, prefixed with its type; this one lets a tool phrase the
+    error (and the fix) exactly as the model should read it.
+    """
+
+
+class ModelError(OrchestratorError):
+    """A model call failed after whatever retries the adapter makes.
+
+    ``fatal`` marks errors no agent in the tree can get past (bad key, unknown model, invalid
+    request): the run ends with status ``error`` instead of letting parents spawn again.
+    ``kind`` is a short machine-readable type (``rate_limit``, ``overloaded``, ``authentication``
+    ...) recorded as ``error.type`` on spans.
+    """
+
+    def __init__(self, message: str, *, fatal: bool = False, kind: str = "model_error") -> None:
+        super().__init__(message)
+        self.fatal = fatal
+        self.kind = kind
+
+
+class RunFailedError(OrchestratorError):
+    """Raised by :meth:`RunResult.raise_for_status` when a run did not complete."""
+
+    def __init__(self, result: RunResult) -> None:
+        super().__init__(f"agent {result.agent_name!r} ended with {result.status.value}: {result.error}")
+        self.result = result

@@ -1,0 +1,211 @@
+"""The typed transcript, in the Anthropic Messages shape.
+
+Blocks are small frozen dataclasses rather than pydantic models: the loop builds and reads
+thousands of them per second in wide trees, and validation happens where data enters (tool
+arguments, provider responses), not on every internal copy. Every block has a ``type`` like
+the wire format, and :func:`to_wire` / :func:`block_from_wire` convert to and from the dicts the
+API speaks.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, TypeAlias
+
+__all__ = [
+    "Block",
+    "Message",
+    "Role",
+    "TextBlock",
+    "ThinkingBlock",
+    "ToolResultBlock",
+    "ToolUseBlock",
+    "Usage",
+    "block_from_wire",
+    "message_from_wire",
+    "text_of",
+    "to_wire",
+]
+
+Role: TypeAlias = Literal["user", "assistant"]
+
+
+@dataclass(frozen=True, slots=True)
+class TextBlock:
+    """Plain text from the user or the model."""
+
+    text: str
+    type: ClassVar[str] = "text"
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkingBlock:
+    """Extended thinking; sent back unchanged (with its signature) as the API requires."""
+
+    thinking: str
+    signature: str = ""
+    type: ClassVar[str] = "thinking"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolUseBlock:
+    """The model asks for one tool call."""
+
+    id: str
+    name: str
+    input: Mapping[str, Any]
+    type: ClassVar[str] = "tool_use"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResultBlock:
+    """The answer to one :class:`ToolUseBlock`, always in the next user message."""
+
+    tool_use_id: str
+    content: str
+    is_error: bool = False
+    type: ClassVar[str] = "tool_result"
+
+
+Block: TypeAlias = TextBlock | ThinkingBlock | ToolUseBlock | ToolResultBlock
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One transcript entry: a role and its content blocks."""
+
+    role: Role
+    content: tuple[Block, ...]
+
+    @classmethod
+    def user(cls, *content: Block | str) -> Message:
+        """A user message; strings become text blocks."""
+        return cls("user", tuple(TextBlock(c) if isinstance(c, str) else c for c in content))
+
+    @classmethod
+    def assistant(cls, *content: Block | str) -> Message:
+        """An assistant message; strings become text blocks."""
+        return cls("assistant", tuple(TextBlock(c) if isinstance(c, str) else c for c in content))
+
+    @property
+    def tool_uses(self) -> list[ToolUseBlock]:
+        """The tool calls this message asks for, in order."""
+        return [b for b in self.content if isinstance(b, ToolUseBlock)]
+
+    @property
+    def text(self) -> str:
+        """The message's text blocks joined."""
+        return text_of(self.content)
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Tokens and cost of one call, an agent or a subtree.
+
+    ``input_tokens`` counts all input, cache reads and writes included, as the OpenTelemetry
+    GenAI conventions count it; ``cache_read_tokens`` and ``cache_write_tokens`` say how much of
+    it the prompt cache served or stored. ``billed_tokens`` (input plus output) is what the
+    run's token budget counts.
+    """
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost_usd: float = 0.0
+    requests: int = field(default=0, compare=False)
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cache_read_tokens + other.cache_read_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
+            self.cost_usd + other.cost_usd,
+            self.requests + other.requests,
+        )
+
+    @property
+    def billed_tokens(self) -> int:
+        """Input (cached included) plus output: what the token budget counts."""
+        return self.input_tokens + self.output_tokens
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for JSON output."""
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_read_tokens": self.cache_read_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
+            "cost_usd": round(self.cost_usd, 6),
+            "requests": self.requests,
+        }
+
+
+def text_of(blocks: Iterable[Block]) -> str:
+    """The text blocks among ``blocks``, joined by newlines."""
+    return "\n".join(b.text for b in blocks if isinstance(b, TextBlock))
+
+
+def to_wire(block: Block) -> dict[str, Any]:
+    """The Messages API dict for one block."""
+    if isinstance(block, TextBlock):
+        return {"type": "text", "text": block.text}
+    if isinstance(block, ToolUseBlock):
+        return {"type": "tool_use", "id": block.id, "name": block.name, "input": dict(block.input)}
+    if isinstance(block, ToolResultBlock):
+        out: dict[str, Any] = {
+            "type": "tool_result",
+            "tool_use_id": block.tool_use_id,
+            "content": block.content,
+        }
+        if block.is_error:
+            out["is_error"] = True
+        return out
+    return {"type": "thinking", "thinking": block.thinking, "signature": block.signature}
+
+
+def block_from_wire(data: Mapping[str, Any]) -> Block:
+    """Parse one Messages API content block (dict form).
+
+    Raises ``ValueError`` for a type the transcript does not model.
+    """
+    kind = data.get("type")
+    if kind == "text":
+        return TextBlock(str(data["text"]))
+    if kind == "tool_use":
+        return ToolUseBlock(str(data["id"]), str(data["name"]), dict(data.get("input") or {}))
+    if kind == "tool_result":
+        content = data.get("content", "")
+        if not isinstance(content, str):
+            content = text_of(block_from_wire(c) for c in content) if content else ""
+        return ToolResultBlock(str(data["tool_use_id"]), content, bool(data.get("is_error", False)))
+    if kind in ("thinking", "redacted_thinking"):
+        return ThinkingBlock(str(data.get("thinking", "")), str(data.get("signature", "")))
+    raise ValueError(f"unsupported content block type {kind!r}")
+
+
+def message_from_wire(data: Mapping[str, Any]) -> Message:
+    """Parse one Messages API message (dict form)."""
+    role = data["role"]
+    if role not in ("user", "assistant"):
+        raise ValueError(f"unsupported role {role!r}")
+    content = data["content"]
+    blocks: Sequence[Block]
+    if isinstance(content, str):
+        blocks = (TextBlock(content),)
+    else:
+        blocks = tuple(block_from_wire(c) for c in content)
+    return Message(role, tuple(blocks))
+
+
+def message_to_wire(message: Message) -> dict[str, Any]:
+    """The Messages API dict for one message."""
+    return {"role": message.role, "content": [to_wire(b) for b in message.content]}
+
+
+def canonical_json(value: Any) -> str:
+    """Deterministic JSON (sorted keys, no spaces): for comparing and hashing tool inputs."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)

@@ -1,0 +1,125 @@
+"""The model seam: what the loop sends to a model and what it gets back.
+
+A :class:`Model` is configuration, not a connection. The run owns one :class:`ClientPool` for
+its whole tree; an adapter asks the pool for its client (keyed by provider, base URL and key) so
+that every agent sharing a client also shares its rate-limit gate, and the run closes every
+client when it ends (explicitly: the anthropic SDK's automatic cleanup only runs on asyncio).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+from ..messages import Block, Message, Usage
+
+__all__ = [
+    "AgentInfo",
+    "ClientPool",
+    "Model",
+    "ModelContext",
+    "ModelRequest",
+    "ModelResponse",
+    "ToolSpec",
+]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class AgentInfo:
+    """Which agent is asking: its name, its path from the root (``lead/researcher#2``), depth."""
+
+    name: str
+    path: str
+    depth: int
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A tool as the model sees it: name, description and JSON schema of its input."""
+
+    name: str
+    description: str
+    input_schema: Mapping[str, Any]
+
+    def to_wire(self) -> dict[str, Any]:
+        """The Messages API ``tools`` entry."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": dict(self.input_schema),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRequest:
+    """One GENERATE step: the assembled context for a model call."""
+
+    system: str
+    messages: Sequence[Message]
+    tools: Sequence[ToolSpec]
+    max_tokens: int
+    agent: AgentInfo
+
+
+@dataclass(frozen=True, slots=True)
+class ModelResponse:
+    """One model reply: content blocks, the raw ``stop_reason`` string, and usage."""
+
+    content: tuple[Block, ...]
+    stop_reason: str
+    usage: Usage = field(default_factory=Usage)
+    model: str = ""
+    id: str = ""
+
+
+class ClientPool:
+    """Clients shared by every agent of one run, closed when the run ends.
+
+    ``get(key, factory)`` returns the client for ``key``, creating it on first use; ``factory``
+    returns an async context manager whose value is the client.
+    """
+
+    def __init__(self, stack: AsyncExitStack) -> None:
+        self._stack = stack
+        self._clients: dict[Hashable, Any] = {}
+
+    async def get(self, key: Hashable, factory: Callable[[], Any]) -> Any:
+        """The shared client for ``key`` (created and registered for closing on first use)."""
+        client = self._clients.get(key)
+        if client is None:
+            client = await self._stack.enter_async_context(factory())
+            self._clients[key] = client
+        return client
+
+
+@dataclass(slots=True)
+class ModelContext:
+    """What a model call may use besides the request: the run's clients and an event hook."""
+
+    clients: ClientPool
+    on_text_delta: Callable[[str], None] = lambda _text: None
+    on_tool_call_start: Callable[[str, str], None] = lambda _id, _name: None
+
+
+@runtime_checkable
+class Model(Protocol):
+    """An async model: ``await model.request(req, ctx) -> ModelResponse``.
+
+    ``name`` is the model name recorded on spans (``gen_ai.request.model``); ``provider`` is
+    ``gen_ai.provider.name``. ``cost(usage)`` prices a call in USD. Adapters raise
+    :class:`~orchestrator.errors.ModelError` when a call fails for good.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def provider(self) -> str: ...
+
+    def cost(self, usage: Usage) -> float: ...
+
+    def request(self, request: ModelRequest, ctx: ModelContext) -> Awaitable[ModelResponse]: ...
