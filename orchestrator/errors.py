@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .run import RunResult
+    from .result import RunResult
 
 __all__ = [
     "ConfigurationError",
@@ -63,5 +63,7 @@ class RunFailedError(OrchestratorError):
     """Raised by :meth:`RunResult.raise_for_status` when a run did not complete."""
 
     def __init__(self, result: RunResult) -> None:
-        super().__init__(f"agent {result.agent_name!r} ended with {result.status.value}: {result.error}")
+        super().__init__(
+            f"agent {result.agent_name!r} ended with {result.status.value}: {result.error}"
+        )
         self.result = result

@@ -28,7 +28,8 @@ def _secret_values() -> tuple[str, ...]:
     """Values of secret-looking environment variables, longest first (cached per value set)."""
     global _cache_key, _cache_values
     values = tuple(
-        v for k, v in os.environ.items()
+        v
+        for k, v in os.environ.items()
         if len(v) >= _MIN_SECRET_LEN and k.upper().endswith(_SECRET_SUFFIXES)
     )
     if values != _cache_key:

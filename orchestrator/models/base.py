@@ -63,6 +63,8 @@ class ModelRequest:
     tools: Sequence[ToolSpec]
     max_tokens: int
     agent: AgentInfo
+    input_tokens_estimate: int = 0
+    """The loop's running estimate of this request's input size (characters / 4)."""
 
 
 @dataclass(frozen=True, slots=True)

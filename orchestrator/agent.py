@@ -1,0 +1,177 @@
+"""Agent definitions, and the tree they form once subagent names are resolved.
+
+An :class:`Agent` is an immutable definition: one definition can run many times at once, each
+run holding its own state. Subagents may be given as objects or by name (an agent's own name
+included, for recursion bounded by ``max_depth``); :class:`AgentTree` resolves and checks every
+name before the first model call, so a typo fails fast instead of deep inside a run.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from .errors import ConfigurationError
+from .limits import DEFAULT_LIMITS, Limits
+from .models.base import Model
+from .policy import Policy
+from .tools import Tool, tool
+
+__all__ = ["Agent", "AgentTree"]
+
+_AGENT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+
+
+class Agent:
+    """An agent definition: instructions, model, tools, subagents, limits, policy.
+
+    ``tools=None`` means "the parent's tools" for a subagent (and no tools for a root);
+    an explicit list means exactly those tools. ``model`` is a :class:`Model` or a string such
+    as ``"anthropic:claude-sonnet-5-5"`` or ``"offline"``; without one, the agent uses its
+    parent's model, then the run's default.
+    """
+
+    __slots__ = (
+        "description",
+        "instructions",
+        "limits",
+        "max_output_tokens",
+        "model",
+        "name",
+        "policy",
+        "subagents",
+        "tools",
+    )
+
+    name: str
+    instructions: str
+    description: str
+    model: Model | str | None
+    tools: tuple[Tool, ...] | None
+    subagents: tuple[Agent | str, ...]
+    limits: Limits | None
+    policy: Policy | None
+    max_output_tokens: int
+
+    def __init__(
+        self,
+        name: str,
+        instructions: str,
+        *,
+        description: str = "",
+        model: Model | str | None = None,
+        tools: Iterable[Tool | Callable[..., Any]] | None = None,
+        subagents: Sequence[Agent | str] = (),
+        limits: Limits | None = None,
+        policy: Policy | None = None,
+        max_output_tokens: int = 4096,
+    ) -> None:
+        if not isinstance(name, str) or not _AGENT_NAME.match(name):
+            raise ConfigurationError(
+                f"agent name {name!r} must be 1-64 letters, digits, '_', '.' or '-'"
+            )
+        if not isinstance(instructions, str):
+            raise ConfigurationError(f"agent {name!r}: instructions must be a string")
+        if limits is not None and not isinstance(limits, Limits):
+            raise ConfigurationError(f"agent {name!r}: limits must be a Limits, got {limits!r}")
+        if policy is not None and not isinstance(policy, Policy):
+            raise ConfigurationError(f"agent {name!r}: policy must be a Policy, got {policy!r}")
+        if (
+            isinstance(max_output_tokens, bool)
+            or not isinstance(max_output_tokens, int)
+            or max_output_tokens < 1
+        ):
+            raise ConfigurationError(f"agent {name!r}: max_output_tokens must be a positive int")
+        built: tuple[Tool, ...] | None = None
+        if tools is not None:
+            built = tuple(t if isinstance(t, Tool) else tool(t) for t in tools)
+            seen: set[str] = set()
+            for t in built:
+                if t.name in seen:
+                    raise ConfigurationError(f"agent {name!r} has two tools named {t.name!r}")
+                seen.add(t.name)
+        subs = tuple(subagents)
+        for s in subs:
+            if not isinstance(s, Agent | str):
+                raise ConfigurationError(
+                    f"agent {name!r}: subagents must be Agents or agent names, got {s!r}"
+                )
+        sub_names = [s if isinstance(s, str) else s.name for s in subs]
+        dupes = sorted({n for n in sub_names if sub_names.count(n) > 1})
+        if dupes:
+            raise ConfigurationError(f"agent {name!r} lists subagent {dupes[0]!r} twice")
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "instructions", instructions)
+        object.__setattr__(self, "description", description)
+        object.__setattr__(self, "model", model)
+        object.__setattr__(self, "tools", built)
+        object.__setattr__(self, "subagents", subs)
+        object.__setattr__(self, "limits", limits)
+        object.__setattr__(self, "policy", policy)
+        object.__setattr__(self, "max_output_tokens", max_output_tokens)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"Agent is immutable; build a new one (tried to set {name!r})")
+
+    def __repr__(self) -> str:
+        return f"Agent({self.name!r})"
+
+
+class AgentTree:
+    """A root agent with every subagent name resolved to a definition.
+
+    Names are unique per tree: two different definitions with one name are an error, because
+    spawn requests, trace spans and result paths all identify agents by name.
+    """
+
+    def __init__(self, root: Agent, *, run_limits: Limits | None = None) -> None:
+        if not isinstance(root, Agent):
+            raise ConfigurationError(f"expected an Agent, got {type(root).__name__}")
+        self.root = root
+        self.by_name: dict[str, Agent] = {}
+        pending = [root]
+        while pending:
+            agent = pending.pop()
+            known = self.by_name.get(agent.name)
+            if known is agent:
+                continue
+            if known is not None:
+                raise ConfigurationError(
+                    f"two different agents are named {agent.name!r}; names must be unique in a tree"
+                )
+            self.by_name[agent.name] = agent
+            pending.extend(s for s in agent.subagents if isinstance(s, Agent))
+        self._subagents: dict[str, tuple[Agent, ...]] = {}
+        for agent in self.by_name.values():
+            resolved = []
+            for s in agent.subagents:
+                if isinstance(s, str):
+                    if s not in self.by_name:
+                        raise ConfigurationError(
+                            f"agent {agent.name!r} lists subagent {s!r}, which is not defined in "
+                            f"the tree (known agents: {', '.join(sorted(self.by_name))})"
+                        )
+                    resolved.append(self.by_name[s])
+                else:
+                    resolved.append(s)
+            self._subagents[agent.name] = tuple(resolved)
+        self._check_limits(run_limits)
+
+    def subagents_of(self, agent: Agent) -> tuple[Agent, ...]:
+        """The resolved subagents of ``agent``."""
+        return self._subagents[agent.name]
+
+    def _check_limits(self, run_limits: Limits | None) -> None:
+        root_limits = (self.root.limits or Limits()).fill(run_limits).fill(DEFAULT_LIMITS)
+        budget = Limits(token_budget=root_limits.token_budget).tightest(run_limits).token_budget
+        for agent in self.by_name.values():
+            own = agent.limits.token_budget if agent.limits else None
+            cap = min(b for b in (budget, own) if b is not None) if (budget or own) else None
+            if cap is not None and agent.max_output_tokens > cap:
+                raise ConfigurationError(
+                    f"agent {agent.name!r}: max_output_tokens={agent.max_output_tokens} exceeds the "
+                    f"token budget ({cap}); no model call could ever fit"
+                )
+        if root_limits.max_agents is not None and root_limits.max_agents < 1:
+            raise ConfigurationError("max_agents must allow at least the root")

@@ -1,0 +1,115 @@
+"""Run events, for progress displays and logs.
+
+The run publishes events into a bounded trio memory channel and never waits for the reader: a
+slow or absent consumer costs nothing but dropped events, which are counted
+(:attr:`EventSink.dropped`). Agents are identified by their path from the root
+(``lead/researcher#2``), which is unique within a run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TypeAlias
+
+import trio
+
+from .messages import Usage
+
+__all__ = [
+    "AgentFinished",
+    "AgentStarted",
+    "Event",
+    "EventSink",
+    "ModelTextDelta",
+    "ToolFinished",
+    "ToolStarted",
+    "TurnStarted",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentStarted:
+    """An agent (the root or a child) began its loop."""
+
+    path: str
+    name: str
+    depth: int
+    parent_path: str | None
+    task: str
+
+
+@dataclass(frozen=True, slots=True)
+class AgentFinished:
+    """An agent ended; ``status`` is a :class:`~orchestrator.RunStatus` value."""
+
+    path: str
+    name: str
+    status: str
+    error: str | None
+    usage: Usage
+    turns: int
+
+
+@dataclass(frozen=True, slots=True)
+class TurnStarted:
+    """An agent is about to call its model (turn index from 1)."""
+
+    path: str
+    turn: int
+
+
+@dataclass(frozen=True, slots=True)
+class ModelTextDelta:
+    """A piece of streamed model text."""
+
+    path: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolStarted:
+    """A tool call passed validation and the policy gate and is running."""
+
+    path: str
+    tool: str
+    call_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolFinished:
+    """A tool call produced its result (``is_error`` for failures and refusals)."""
+
+    path: str
+    tool: str
+    call_id: str
+    is_error: bool
+
+
+Event: TypeAlias = (
+    AgentStarted | AgentFinished | TurnStarted | ModelTextDelta | ToolStarted | ToolFinished
+)
+
+
+class EventSink:
+    """The sending side of a run's event channel: never blocks, counts what it drops."""
+
+    def __init__(self, buffer: int = 1024) -> None:
+        self.send_channel, self.receive_channel = trio.open_memory_channel[Event](buffer)
+        self.dropped = 0
+        self.enabled = buffer > 0
+
+    def emit(self, event: Event) -> None:
+        """Publish ``event`` if there is room (and a reader), else count it as dropped."""
+        if not self.enabled:
+            return
+        try:
+            self.send_channel.send_nowait(event)
+        except trio.WouldBlock:
+            self.dropped += 1
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            self.enabled = False
+
+    def close(self) -> None:
+        """End the stream: readers see the channel end after the buffered events."""
+        self.enabled = False
+        self.send_channel.close()

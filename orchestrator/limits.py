@@ -1,0 +1,219 @@
+"""Limits, and the budgets a whole tree shares.
+
+A :class:`Limits` holds only what it sets; everything else is ``None`` and is filled from the
+layers around it (DESIGN.md, "Layering of limits"). Per-agent fields come from the agent, then
+its nearest ancestor, then the run, then :data:`DEFAULT_LIMITS`. Tree-wide fields are one budget
+for the run; an agent that sets one gets a sub-budget for its subtree, never more than what
+remains above it. Run options fill gaps and never loosen a definition.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from .errors import ConfigurationError
+from .messages import Usage
+
+__all__ = ["DEFAULT_LIMITS", "BudgetExceeded", "Ledger", "Limits", "Reservation"]
+
+TREE_WIDE_FIELDS = ("timeout", "token_budget", "cost_budget_usd", "max_agents", "max_concurrency")
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Bounds for an agent, a subtree or a run. ``None`` means "inherit".
+
+    ``max_turns``: model calls per agent. ``timeout``: seconds for the run (or the agent's
+    subtree). ``token_budget`` / ``cost_budget_usd``: billed tokens / dollars for the tree.
+    ``max_depth``: the deepest depth a child may have (the root is 0). ``max_children``: spawns
+    per agent run. ``max_agents``: agents per run, the root included. ``max_concurrency``: model
+    calls in flight. ``max_consecutive_errors``: turns in a row whose tool calls all failed.
+    ``repeat_limit``: the N-th consecutive turn with identical tool calls stops the agent.
+    ``tool_timeout``: seconds per tool call. ``max_result_chars``: cap on one tool result.
+    """
+
+    max_turns: int | None = None
+    timeout: float | None = None
+    token_budget: int | None = None
+    cost_budget_usd: float | None = None
+    max_depth: int | None = None
+    max_children: int | None = None
+    max_agents: int | None = None
+    max_concurrency: int | None = None
+    max_consecutive_errors: int | None = None
+    repeat_limit: int | None = None
+    tool_timeout: float | None = None
+    max_result_chars: int | None = None
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConfigurationError(f"Limits.{f.name} must be a number, got {value!r}")
+            floor = 0 if f.name == "max_depth" else 1
+            if f.name in ("timeout", "tool_timeout", "cost_budget_usd"):
+                if not value > 0 or math.isnan(value):
+                    raise ConfigurationError(f"Limits.{f.name} must be > 0, got {value!r}")
+            elif value < floor:
+                raise ConfigurationError(f"Limits.{f.name} must be >= {floor}, got {value!r}")
+
+    def fill(self, other: Limits | None) -> Limits:
+        """These limits, with gaps filled from ``other``."""
+        if other is None:
+            return self
+        changes: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            if getattr(self, f.name) is None and getattr(other, f.name) is not None:
+                changes[f.name] = getattr(other, f.name)
+        return dataclasses.replace(self, **changes) if changes else self
+
+    def tightest(self, other: Limits | None) -> Limits:
+        """Field by field, the stricter of the two (a set value beats ``None``)."""
+        if other is None:
+            return self
+        changes: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            a, b = getattr(self, f.name), getattr(other, f.name)
+            if b is not None and (a is None or b < a):
+                changes[f.name] = b
+        return dataclasses.replace(self, **changes) if changes else self
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields that are set."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+
+DEFAULT_LIMITS = Limits(
+    max_turns=20,
+    timeout=900.0,
+    token_budget=2_000_000,
+    cost_budget_usd=None,
+    max_depth=3,
+    max_children=10,
+    max_agents=100,
+    max_concurrency=16,
+    max_consecutive_errors=3,
+    repeat_limit=3,
+    tool_timeout=120.0,
+    max_result_chars=100_000,
+)
+"""The pinned defaults from DESIGN.md (``cost_budget_usd`` unset means no cost limit)."""
+
+
+class BudgetExceeded(Exception):
+    """Internal: a reservation cannot fit and nothing outstanding could free room."""
+
+
+@dataclass(slots=True)
+class Reservation:
+    """Tokens and dollars held for one model call until it settles."""
+
+    tokens: int
+    cost: float
+    ledgers: tuple[Ledger, ...]
+    settled: bool = False
+
+
+class Ledger:
+    """The token and cost budget of a tree, or of a subtree (with a parent ledger).
+
+    Before a model call the loop reserves the call's estimated input plus its output cap. A
+    reservation that does not fit waits while other reservations are outstanding (they may
+    settle below their estimate) and raises :class:`BudgetExceeded` when none are, so parallel
+    children cannot overshoot the budget together. A call settles to its real usage; a cancelled
+    call keeps its reservation, since its tokens may already be billed.
+    """
+
+    def __init__(
+        self, token_budget: int | None, cost_budget: float | None, parent: Ledger | None = None
+    ) -> None:
+        self.token_budget = token_budget
+        self.cost_budget = cost_budget
+        self.parent = parent
+        self.used_tokens = 0
+        self.used_cost = 0.0
+        self.reserved_tokens = 0
+        self.reserved_cost = 0.0
+        self.outstanding = 0
+        self._changed = trio.Event()
+
+    def _chain(self) -> tuple[Ledger, ...]:
+        chain: list[Ledger] = []
+        node: Ledger | None = self
+        while node is not None:
+            chain.append(node)
+            node = node.parent
+        return tuple(chain)
+
+    def _fits(self, tokens: int, cost: float) -> bool:
+        if self.token_budget is not None and (
+            self.used_tokens + self.reserved_tokens + tokens > self.token_budget
+        ):
+            return False
+        return self.cost_budget is None or (
+            self.used_cost + self.reserved_cost + cost <= self.cost_budget + 1e-12
+        )
+
+    def remaining_tokens(self) -> int | None:
+        """Tokens not yet used or reserved, over the whole chain (``None``: unlimited)."""
+        values = [
+            lg.token_budget - lg.used_tokens - lg.reserved_tokens
+            for lg in self._chain()
+            if lg.token_budget is not None
+        ]
+        return min(values) if values else None
+
+    async def reserve(self, tokens: int, cost: float) -> Reservation:
+        """Hold ``tokens`` and ``cost`` on this ledger and every parent, waiting if others may free room."""
+        chain = self._chain()
+        while True:
+            blocking = [lg for lg in chain if not lg._fits(tokens, cost)]
+            if not blocking:
+                break
+            waiting_on = [lg for lg in blocking if lg.outstanding > 0]
+            if len(waiting_on) < len(blocking):
+                lg = next(lg for lg in blocking if lg.outstanding == 0)
+                raise BudgetExceeded(lg.describe(tokens, cost))
+            await waiting_on[0]._changed.wait()
+        for lg in chain:
+            lg.reserved_tokens += tokens
+            lg.reserved_cost += cost
+            lg.outstanding += 1
+        return Reservation(tokens, cost, chain)
+
+    def settle(self, reservation: Reservation, usage: Usage | None) -> None:
+        """Replace a reservation by the real usage (``None``: keep the reserved amounts as used)."""
+        if reservation.settled:
+            return
+        reservation.settled = True
+        tokens = reservation.tokens if usage is None else usage.billed_tokens
+        cost = reservation.cost if usage is None else usage.cost_usd
+        for lg in reservation.ledgers:
+            lg.reserved_tokens -= reservation.tokens
+            lg.reserved_cost -= reservation.cost
+            lg.outstanding -= 1
+            lg.used_tokens += tokens
+            lg.used_cost += cost
+            lg._changed.set()
+            lg._changed = trio.Event()
+
+    def describe(self, tokens: int, cost: float) -> str:
+        """A one-line reason why a reservation of this size does not fit."""
+        if self.token_budget is not None and (
+            self.used_tokens + self.reserved_tokens + tokens > self.token_budget
+        ):
+            return (
+                f"token budget exhausted: {self.used_tokens} of {self.token_budget} used, "
+                f"the next call may need {tokens}"
+            )
+        return (
+            f"cost budget exhausted: ${self.used_cost:.4f} of ${self.cost_budget} used, "
+            f"the next call may cost ${cost:.4f}"
+        )

@@ -1,0 +1,561 @@
+"""The loop of one agent: GENERATE, PARSE, EXECUTE, RESUME.
+
+Each turn calls the model with the assembled transcript (GENERATE), reads ``stop_reason`` and
+the tool calls (PARSE), runs the calls concurrently behind validation and the policy gate
+(EXECUTE), and appends the assistant turn plus one user message holding every result in call
+order (RESUME). Every way out (an answer, a bound, an error, a cancellation) goes through
+:meth:`AgentNode.finish`, which leaves the transcript valid: each ``tool_use`` answered by
+exactly one ``tool_result`` in the next message.
+
+This module knows nothing of subagents: ``spawn_subagent`` is an ordinary tool built by
+``spawn.py`` and handed in with the agent's other tools.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+from opentelemetry.trace import SpanKind, Tracer
+
+from . import spans
+from .agent import Agent, AgentTree
+from .errors import ModelError
+from .events import (
+    AgentFinished,
+    AgentStarted,
+    EventSink,
+    ModelTextDelta,
+    ToolFinished,
+    ToolStarted,
+    TurnStarted,
+)
+from .limits import BudgetExceeded, Ledger, Limits
+from .messages import (
+    Message,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    Usage,
+    canonical_json,
+    text_of,
+)
+from .models.base import (
+    AgentInfo,
+    ClientPool,
+    Model,
+    ModelContext,
+    ModelRequest,
+    ModelResponse,
+    ToolSpec,
+)
+from .policy import PendingCall, Policy
+from .redact import redact
+from .result import RunResult, RunStatus
+from .tools import Tool, ToolContext, ToolRuntime, error_result, execute
+
+__all__ = ["AgentNode", "RunState", "run_agent"]
+
+_DONE = frozenset({"end_turn", "stop_sequence"})
+_KNOWN = (
+    frozenset({"tool_use", "max_tokens", "pause_turn", "refusal", "model_context_window_exceeded"})
+    | _DONE
+)
+_MAX_OUTPUT_CAP = 64_000
+CONTINUE_PROMPT = (
+    "Your last reply was cut off by the output limit. Continue exactly where it stopped."
+)
+
+
+class Quota:
+    """A counted allowance (agents per run), optionally nested in a parent's."""
+
+    def __init__(self, limit: int | None, parent: Quota | None = None) -> None:
+        self.limit = limit
+        self.parent = parent
+        self.used = 0
+
+    def try_take(self) -> bool:
+        node: Quota | None = self
+        chain = []
+        while node is not None:
+            if node.limit is not None and node.used >= node.limit:
+                return False
+            chain.append(node)
+            node = node.parent
+        for q in chain:
+            q.used += 1
+        return True
+
+
+@dataclass(eq=False)
+class RunState:
+    """What every agent of one run shares: budgets, clients, events, tracer, cancellation."""
+
+    run_id: str
+    tree: AgentTree
+    default_model: Model | None
+    run_limits: Limits
+    run_policy: Policy | None
+    deps: Any
+    events: EventSink
+    tracer: Tracer
+    clients: ClientPool
+    thread_limiter: trio.CapacityLimiter
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    abandoned_threads: int = 0
+    fatal_error: str | None = None
+    cancel_requested: bool = False
+    deadline: float = math.inf
+
+    def fail(self, reason: str) -> None:
+        """End the whole run with ``error``: a fatal provider error no agent can get past."""
+        if self.fatal_error is None:
+            self.fatal_error = reason
+        self.scope.cancel()
+
+    def cut_status(self, node: AgentNode) -> tuple[RunStatus, str]:
+        """Why ``node`` was cancelled from outside: fatal error, cancel(), deadline, or a scope."""
+        if self.fatal_error is not None:
+            return RunStatus.ERROR, f"run stopped by a fatal error: {self.fatal_error}"
+        if self.cancel_requested:
+            return RunStatus.CANCELLED, "the run was cancelled"
+        if trio.current_time() >= node.deadline:
+            return RunStatus.TIMEOUT, f"deadline reached after {node.elapsed():.1f}s"
+        return RunStatus.CANCELLED, "cancelled by an enclosing cancel scope"
+
+    def abandoned(self) -> None:
+        self.abandoned_threads += 1
+
+
+class Limiters:
+    """A chain of capacity limiters (an agent's own ``max_concurrency`` inside the run's)."""
+
+    def __init__(self, chain: tuple[trio.CapacityLimiter, ...]) -> None:
+        self.chain = chain
+
+    async def __aenter__(self) -> None:
+        stack = AsyncExitStack()
+        for limiter in self.chain:
+            await stack.enter_async_context(limiter)
+        self._stack = stack
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stack.aclose()
+
+
+@dataclass(eq=False)
+class AgentNode:
+    """The state of one agent run; becomes a :class:`RunResult` when it ends."""
+
+    agent: Agent
+    path: str
+    depth: int
+    model: Model
+    limits: Limits
+    policy: Policy
+    tools: dict[str, Tool]
+    ledger: Ledger
+    limiters: Limiters
+    agent_quota: Quota
+    deadline: float
+    own_deadline: float
+    task: str
+    runtime: ToolRuntime
+    messages: list[Message] = field(default_factory=list)
+    own_usage: Usage = field(default_factory=Usage)
+    children: list[tuple[tuple[int, int], AgentNode]] = field(default_factory=list)
+    status: RunStatus | None = None
+    error: str | None = None
+    output: str = ""
+    turns: int = 0
+    spawned: int = 0
+    started_at: float = 0.0
+    in_flight: list[ToolResultBlock | None] | None = None
+    parent: AgentNode | None = None
+    _chars: int = 0
+    _fixed_chars: int = 0
+
+    @property
+    def info(self) -> AgentInfo:
+        return AgentInfo(self.agent.name, self.path, self.depth)
+
+    def elapsed(self) -> float:
+        return trio.current_time() - self.started_at
+
+    def append(self, message: Message) -> None:
+        """RESUME: add a message and keep the running size estimate current."""
+        self.messages.append(message)
+        self._chars += _message_chars(message)
+
+    def finish(self, status: RunStatus, error: str | None = None, output: str = "") -> None:
+        """End the agent, closing any unanswered tool calls so the transcript stays valid."""
+        if self.status is not None:
+            return
+        last = self.messages[-1] if self.messages else None
+        if last is not None and last.role == "assistant" and last.tool_uses:
+            done = self.in_flight or []
+            why = f"not run: the agent stopped ({status.value})"
+            results = [
+                done[i] if i < len(done) and done[i] is not None else error_result(c.id, why)
+                for i, c in enumerate(last.tool_uses)
+            ]
+            self.append(Message("user", tuple(r for r in results if r is not None)))
+        self.in_flight = None
+        self.status = status
+        self.error = redact(error) if error else None
+        self.output = output
+
+    def subtree_usage(self) -> Usage:
+        total = self.own_usage
+        for _, child in self.children:
+            total = total + child.subtree_usage()
+        return total
+
+    def to_result(self, run_id: str) -> RunResult:
+        return RunResult(
+            agent_name=self.agent.name,
+            status=self.status or RunStatus.ERROR,
+            output=self.output,
+            messages=list(self.messages),
+            own_usage=self.own_usage,
+            usage=self.subtree_usage(),
+            children=[c.to_result(run_id) for _, c in sorted(self.children, key=lambda kc: kc[0])],
+            error=self.error,
+            path=self.path,
+            depth=self.depth,
+            turns=self.turns,
+            run_id=run_id,
+        )
+
+
+def _message_chars(message: Message) -> int:
+    n = 0
+    for b in message.content:
+        if isinstance(b, TextBlock):
+            n += len(b.text)
+        elif isinstance(b, ToolResultBlock):
+            n += len(b.content) + 16
+        elif isinstance(b, ToolUseBlock):
+            n += len(b.name) + len(canonical_json(b.input)) + 16
+        else:
+            n += len(getattr(b, "thinking", ""))
+    return n
+
+
+def tool_specs(node: AgentNode) -> list[ToolSpec]:
+    """The agent's tools as the model sees them, in a stable order (for the prompt cache)."""
+    return [t.spec for t in node.tools.values()]
+
+
+async def run_agent(node: AgentNode, run: RunState) -> None:
+    """Run ``node``'s loop to its end. Cancellation from outside still finishes the node."""
+    node.started_at = trio.current_time()
+    run.events.emit(
+        AgentStarted(
+            node.path,
+            node.agent.name,
+            node.depth,
+            node.parent.path if node.parent else None,
+            node.task,
+        )
+    )
+
+    def attrs() -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": node.agent.name,
+            "gen_ai.agent.id": f"{run.run_id}/{node.path}",
+            "gen_ai.conversation.id": run.run_id,
+            "gen_ai.provider.name": node.model.provider,
+            "gen_ai.request.model": node.model.name,
+            "orchestrator.agent.path": node.path,
+            "orchestrator.agent.depth": node.depth,
+        }
+        if node.agent.description:
+            out["gen_ai.agent.description"] = node.agent.description
+        return out
+
+    with spans.span(run.tracer, f"invoke_agent {node.agent.name}", SpanKind.INTERNAL, attrs) as s:
+        try:
+            with trio.CancelScope(deadline=node.own_deadline) as own_scope:
+                try:
+                    await _loop(node, run)
+                except trio.Cancelled:
+                    node.finish(*run.cut_status(node))
+                    raise
+            if own_scope.cancelled_caught:
+                node.finish(RunStatus.TIMEOUT, f"agent timeout reached after {node.elapsed():.1f}s")
+        finally:
+            if node.status is None:  # an orchestrator bug is propagating: still leave a valid node
+                node.finish(RunStatus.ERROR, "internal error")
+            if s.is_recording():
+                s.set_attributes(spans.usage_attributes("orchestrator.usage", node.subtree_usage()))
+                s.set_attributes(spans.usage_attributes("orchestrator.own_usage", node.own_usage))
+                s.set_attribute("orchestrator.turns", node.turns)
+                s.set_attribute("orchestrator.children", len(node.children))
+                spans.record_outcome(s, node.status.value if node.status else "error", node.error)
+            run.events.emit(
+                AgentFinished(
+                    node.path,
+                    node.agent.name,
+                    (node.status or RunStatus.ERROR).value,
+                    node.error,
+                    node.subtree_usage(),
+                    node.turns,
+                )
+            )
+
+
+async def _loop(node: AgentNode, run: RunState) -> None:
+    specs = tool_specs(node)
+    node._fixed_chars = len(node.agent.instructions) + sum(
+        len(s.description) + len(canonical_json(s.input_schema)) + len(s.name) for s in specs
+    )
+    max_turns = node.limits.max_turns or 1
+    repeat_limit = node.limits.repeat_limit or 1
+    max_errors = node.limits.max_consecutive_errors or 1
+    last_signature: frozenset[tuple[str, str]] | None = None
+    repeats = 0
+    error_turns = 0
+    while True:
+        node.turns += 1
+        run.events.emit(TurnStarted(node.path, node.turns))
+        turn = node.turns
+        with spans.span(
+            run.tracer,
+            f"turn {node.agent.name}",
+            SpanKind.INTERNAL,
+            lambda turn=turn: {"orchestrator.turn.index": turn, "orchestrator.agent.path": node.path},
+        ) as turn_span:
+            # GENERATE (a tool call cut by max_tokens is retried once with a larger cap)
+            max_tokens = node.agent.max_output_tokens
+            response = await _generate(node, run, specs, max_tokens)
+            if response is None:
+                return
+            calls = [b for b in response.content if isinstance(b, ToolUseBlock)]
+            if response.stop_reason == "max_tokens" and calls:
+                response = await _generate(node, run, specs, min(max_tokens * 2, _MAX_OUTPUT_CAP))
+                if response is None:
+                    return
+                calls = [b for b in response.content if isinstance(b, ToolUseBlock)]
+                if response.stop_reason == "max_tokens" and calls:
+                    node.finish(
+                        RunStatus.ERROR,
+                        "a tool call was cut by max_tokens twice; "
+                        f"raise max_output_tokens (now {max_tokens})",
+                    )
+                    return
+
+            # PARSE
+            stop = response.stop_reason
+            if turn_span.is_recording():
+                turn_span.set_attribute("orchestrator.stop_reason", stop)
+            if response.content:
+                node.append(Message("assistant", response.content))
+            if stop in _DONE and not calls:
+                node.finish(RunStatus.COMPLETED, output=text_of(response.content))
+                return
+            if stop == "max_tokens":
+                node.append(Message.user(CONTINUE_PROMPT))
+                if node.turns >= max_turns:
+                    node.finish(
+                        RunStatus.MAX_TURNS,
+                        f"reached max_turns ({max_turns}) while continuing a cut reply",
+                    )
+                    return
+                continue
+            if stop == "pause_turn" and not calls:
+                if node.turns >= max_turns:
+                    node.finish(
+                        RunStatus.MAX_TURNS, f"reached max_turns ({max_turns}) during pause_turn"
+                    )
+                    return
+                continue
+            if stop == "refusal":
+                node.finish(
+                    RunStatus.REFUSAL, "the model refused to continue (stop_reason refusal)"
+                )
+                return
+            if stop == "model_context_window_exceeded":
+                node.finish(
+                    RunStatus.CONTEXT_EXCEEDED, "the transcript exceeded the model's context window"
+                )
+                return
+            if stop not in _KNOWN:
+                node.finish(
+                    RunStatus.ERROR,
+                    f"unknown stop_reason {stop!r}; refusing to treat it as an answer",
+                )
+                return
+            if not calls:
+                node.finish(RunStatus.ERROR, "stop_reason 'tool_use' without any tool call")
+                return
+
+            signature = frozenset((c.name, canonical_json(c.input)) for c in calls)
+            repeats = repeats + 1 if signature == last_signature else 1
+            last_signature = signature
+            if repeats >= repeat_limit:
+                node.finish(
+                    RunStatus.REPEAT_GUARD,
+                    f"the same tool calls were requested {repeats} turns in a row "
+                    f"({', '.join(sorted(c.name for c in calls))})",
+                )
+                return
+            if node.turns >= max_turns:
+                node.finish(
+                    RunStatus.MAX_TURNS, f"reached max_turns ({max_turns}) without a final answer"
+                )
+                return
+
+            # EXECUTE
+            results = await _execute(node, run, calls)
+
+            # RESUME
+            node.append(Message("user", tuple(results)))
+            error_turns = error_turns + 1 if all(r.is_error for r in results) else 0
+            if error_turns >= max_errors:
+                node.finish(
+                    RunStatus.ERROR_THRESHOLD,
+                    f"every tool call failed {error_turns} turns in a row; last: {results[-1].content[:200]}",
+                )
+                return
+
+
+async def _generate(
+    node: AgentNode, run: RunState, specs: list[ToolSpec], max_tokens: int
+) -> ModelResponse | None:
+    """One model call under the ledger and the concurrency limit; ``None`` if the agent ended."""
+    model = node.model
+    estimate = (node._fixed_chars + node._chars) // 4 + 1
+    try:
+        reservation = await node.ledger.reserve(
+            estimate + max_tokens,
+            model.cost(Usage(input_tokens=estimate, output_tokens=max_tokens)),
+        )
+    except BudgetExceeded as exc:
+        node.finish(RunStatus.BUDGET_EXCEEDED, str(exc))
+        return None
+    request = ModelRequest(
+        node.agent.instructions, node.messages, specs, max_tokens, node.info, estimate
+    )
+    ctx = ModelContext(run.clients, _text_sink(run, node))
+    usage: Usage | None = None
+    try:
+        async with node.limiters:
+            with spans.span(
+                run.tracer,
+                f"chat {model.name}",
+                SpanKind.CLIENT,
+                lambda: spans.chat_request_attributes(
+                    model.name, model.provider, request, run.run_id
+                ),
+            ) as s:
+                try:
+                    response = await model.request(request, ctx)
+                except ModelError as exc:
+                    usage = Usage()
+                    spans.record_outcome(s, exc.kind, str(exc))
+                    if exc.fatal:
+                        run.fail(redact(str(exc)))
+                    node.finish(RunStatus.ERROR, str(exc))
+                    return None
+                except Exception as exc:  # a model adapter or FunctionModel bug: end this agent
+                    usage = Usage()
+                    spans.record_outcome(s, type(exc).__name__, str(exc))
+                    node.finish(RunStatus.ERROR, f"model call raised {type(exc).__name__}: {exc}")
+                    return None
+                usage = response.usage
+                spans.record_chat_response(s, response)
+    finally:
+        node.ledger.settle(reservation, usage)
+    node.own_usage = node.own_usage + Usage(
+        usage.input_tokens,
+        usage.output_tokens,
+        usage.cache_read_tokens,
+        usage.cache_write_tokens,
+        usage.cost_usd,
+        1,
+    )
+    return response
+
+
+def _text_sink(run: RunState, node: AgentNode) -> Callable[[str], None]:
+    if not run.events.enabled:
+        return _ignore
+    path = node.path
+
+    def emit(text: str) -> None:
+        run.events.emit(ModelTextDelta(path, text))
+
+    return emit
+
+
+def _ignore(_text: str) -> None:
+    pass
+
+
+async def _execute(
+    node: AgentNode, run: RunState, calls: list[ToolUseBlock]
+) -> list[ToolResultBlock]:
+    """Run the calls concurrently; results come back in call order, one per call."""
+    results: list[ToolResultBlock | None] = [None] * len(calls)
+    node.in_flight = results
+    if len(calls) == 1:
+        await _call_one(node, run, 0, calls[0], results)
+    else:
+        async with trio.open_nursery() as nursery:
+            for i, call in enumerate(calls):
+                nursery.start_soon(_call_one, node, run, i, call, results)
+    node.in_flight = None
+    return [r for r in results if r is not None]
+
+
+async def _call_one(
+    node: AgentNode,
+    run: RunState,
+    index: int,
+    call: ToolUseBlock,
+    results: list[ToolResultBlock | None],
+) -> None:
+    with spans.span(
+        run.tracer,
+        f"execute_tool {call.name}",
+        SpanKind.INTERNAL,
+        lambda: spans.tool_attributes(call, run.run_id, node.agent.name),
+    ) as s:
+        pending = PendingCall(call.name, call.input, call.id, node.agent.name, node.path)
+        refusal = await node.policy.check(pending, frozenset(node.tools))
+        if refusal is not None:
+            result = error_result(call.id, refusal)
+            if s.is_recording():
+                s.set_attribute("orchestrator.refused", True)
+        else:
+            run.events.emit(ToolStarted(node.path, call.name, call.id))
+            ctx = ToolContext(
+                run.run_id,
+                node.agent.name,
+                node.path,
+                node.depth,
+                run.deps,
+                call.id,
+                (run, node, (node.turns, index), s),
+            )
+            result = await execute(node.tools[call.name], call, ctx, node.runtime)
+        results[index] = result
+        spans.record_tool_result(s, result)
+        run.events.emit(ToolFinished(node.path, call.name, call.id, result.is_error))
+
+
+def make_runtime(node_limits: Limits, run: RunState) -> ToolRuntime:
+    """Tool execution settings for one agent."""
+    return ToolRuntime(
+        timeout=float(node_limits.tool_timeout or math.inf),
+        max_result_chars=int(node_limits.max_result_chars or 100_000),
+        thread_limiter=run.thread_limiter,
+        on_abandoned_thread=run.abandoned,
+    )

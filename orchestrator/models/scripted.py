@@ -1,0 +1,182 @@
+"""Deterministic test models: :class:`ScriptedModel` and :class:`FunctionModel`.
+
+Both are stateless across calls. ``ScriptedModel`` picks its step by the number of assistant
+turns already in the request's transcript, so concurrent children and repeated runs of one
+definition always get the same answers, whatever order the scheduler runs them in.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeAlias
+
+from ..errors import ConfigurationError, ModelError
+from ..messages import Block, TextBlock, ThinkingBlock, ToolUseBlock, Usage
+from .base import ModelContext, ModelRequest, ModelResponse
+
+__all__ = ["FunctionModel", "ScriptedModel", "Step", "response", "text", "tool_call"]
+
+Step: TypeAlias = Block | Sequence[Block] | ModelResponse
+_UNSET_ID = ""
+
+
+def text(value: str) -> TextBlock:
+    """A text block for a scripted reply."""
+    return TextBlock(value)
+
+
+def tool_call(
+    name: str, args: Mapping[str, Any] | None = None, id: str | None = None
+) -> ToolUseBlock:
+    """A tool call for a scripted reply; without ``id`` one is assigned per turn and position."""
+    return ToolUseBlock(id or _UNSET_ID, name, dict(args or {}))
+
+
+def response(
+    *blocks: Block, stop_reason: str | None = None, usage: Usage | None = None
+) -> ModelResponse:
+    """A whole scripted reply; ``stop_reason`` defaults to ``tool_use`` if a block is a tool call."""
+    if stop_reason is None:
+        stop_reason = "tool_use" if any(isinstance(b, ToolUseBlock) for b in blocks) else "end_turn"
+    return ModelResponse(tuple(blocks), stop_reason, usage if usage is not None else _NO_USAGE)
+
+
+_NO_USAGE = Usage(requests=-1)  # sentinel: "estimate it"
+
+
+def _finish(step: Any, request: ModelRequest, model_name: str) -> ModelResponse:
+    """Normalize a step into a response: ids assigned, usage estimated when not given."""
+    if isinstance(step, ModelResponse):
+        resp = step
+    elif isinstance(step, TextBlock | ToolUseBlock | ThinkingBlock):
+        resp = response(step)
+    elif isinstance(step, str):
+        resp = response(TextBlock(step))
+    elif isinstance(step, Sequence):
+        resp = response(*step)
+    else:
+        raise ModelError(
+            f"step for agent {request.agent.name!r} is not a block, a list of blocks or a "
+            f"response: {step!r}",
+            fatal=True,
+            kind="invalid_script",
+        )
+    turn = sum(1 for m in request.messages if m.role == "assistant")
+    content = tuple(
+        ToolUseBlock(f"toolu_{turn:03d}_{i}", b.name, b.input)
+        if isinstance(b, ToolUseBlock) and b.id == _UNSET_ID
+        else b
+        for i, b in enumerate(resp.content)
+    )
+    usage = resp.usage
+    if usage is _NO_USAGE or usage.requests < 0:
+        out_chars = sum(
+            len(b.text) if isinstance(b, TextBlock) else len(str(b.input)) + len(b.name)
+            for b in content
+            if isinstance(b, TextBlock | ToolUseBlock)
+        )
+        usage = Usage(input_tokens=request.input_tokens_estimate, output_tokens=out_chars // 4 + 1)
+    return ModelResponse(content, resp.stop_reason, usage, resp.model or model_name, resp.id)
+
+
+class ScriptedModel:
+    """Answers from a fixed script: a list for every agent, or ``{agent_name: [steps]}``.
+
+    The step used is the number of assistant turns in the request's transcript. A request past
+    the end of the script fails the run with a clear error naming the agent and the step.
+    """
+
+    provider = "scripted"
+
+    def __init__(
+        self, steps: Sequence[Step] | Mapping[str, Sequence[Step]], *, name: str = "scripted"
+    ) -> None:
+        if isinstance(steps, Mapping):
+            self._by_agent: dict[str, list[Any]] | None = {k: list(v) for k, v in steps.items()}
+            self._steps: list[Any] = []
+        elif isinstance(steps, str | bytes) or not isinstance(steps, Sequence):
+            raise ConfigurationError("ScriptedModel takes a list of steps or {agent_name: [steps]}")
+        else:
+            self._by_agent = None
+            self._steps = list(steps)
+        self._name = name
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def cost(self, usage: Usage) -> float:
+        return 0.0
+
+    async def request(self, request: ModelRequest, ctx: ModelContext) -> ModelResponse:
+        agent = request.agent.name
+        if self._by_agent is not None:
+            if agent not in self._by_agent:
+                raise ModelError(
+                    f"ScriptedModel has no script for agent {agent!r} "
+                    f"(scripts exist for: {', '.join(sorted(self._by_agent))})",
+                    fatal=True,
+                    kind="script_exhausted",
+                )
+            steps = self._by_agent[agent]
+        else:
+            steps = self._steps
+        index = sum(1 for m in request.messages if m.role == "assistant")
+        if index >= len(steps):
+            raise ModelError(
+                f"ScriptedModel script for agent {agent!r} ({request.agent.path}) has no step "
+                f"{index} (it has {len(steps)} steps): add a step or end the script with text",
+                fatal=True,
+                kind="script_exhausted",
+            )
+        return _finish(steps[index], request, self._name)
+
+
+class FunctionModel:
+    """Answers with ``fn(request)`` (sync or async), which returns a step like a script's."""
+
+    provider = "function"
+
+    def __init__(
+        self,
+        fn: Callable[[ModelRequest], Step | Awaitable[Step]],
+        *,
+        name: str = "function",
+        prices: Callable[[Usage], float] | None = None,
+    ) -> None:
+        if not callable(fn):
+            raise ConfigurationError(f"FunctionModel needs a callable, got {fn!r}")
+        self._fn = fn
+        self._name = name
+        self._prices = prices
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def cost(self, usage: Usage) -> float:
+        return self._prices(usage) if self._prices else 0.0
+
+    async def request(self, request: ModelRequest, ctx: ModelContext) -> ModelResponse:
+        step = self._fn(request)
+        if inspect.isawaitable(step):
+            step = await step
+        resp = _finish(step, request, self._name)
+        if self._prices and resp.usage.cost_usd == 0:
+            u = resp.usage
+            resp = ModelResponse(
+                resp.content,
+                resp.stop_reason,
+                Usage(
+                    u.input_tokens,
+                    u.output_tokens,
+                    u.cache_read_tokens,
+                    u.cache_write_tokens,
+                    self._prices(u),
+                    u.requests,
+                ),
+                resp.model,
+                resp.id,
+            )
+        return resp

@@ -1,0 +1,121 @@
+"""The permission gate every tool call passes before its handler may run.
+
+The model only asks; this module decides. An agent's tools are allowed unless a rule says
+otherwise, a tool the agent does not hold is always refused, and ``confirm`` asks the approver
+(no approver means declined). A refused call never reaches its handler: the model gets an
+``is_error`` result saying so, and can pick a permitted next step.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Literal, TypeAlias
+
+from .errors import ConfigurationError
+
+__all__ = ["Approver", "Decision", "PendingCall", "Policy"]
+
+RuleValue: TypeAlias = Literal["allow", "confirm", "deny"]
+
+
+class Decision(StrEnum):
+    """What a rule says about a call. Ordered by strictness: deny > confirm > allow."""
+
+    ALLOW = "allow"
+    CONFIRM = "confirm"
+    DENY = "deny"
+
+    @property
+    def strictness(self) -> int:
+        return _STRICTNESS[self]
+
+
+_STRICTNESS = {Decision.ALLOW: 0, Decision.CONFIRM: 1, Decision.DENY: 2}
+
+
+@dataclass(frozen=True, slots=True)
+class PendingCall:
+    """A call waiting for approval: what the approver sees."""
+
+    name: str
+    input: Mapping[str, Any]
+    id: str
+    agent_name: str
+    agent_path: str
+
+
+Approver: TypeAlias = Callable[[PendingCall], bool | Awaitable[bool]]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Rules per tool name (``allow`` / ``confirm`` / ``deny``), a default, and an approver.
+
+    ``Policy(rules={"delete_file": "confirm", "shell": "deny"}, approver=ask_user)``. The
+    approver (sync or async) gets a :class:`PendingCall` and returns True to run it; its wait
+    counts against the run's deadline. Policies of an agent, its ancestors and the run combine
+    with :meth:`combine`: per tool, the stricter rule wins.
+    """
+
+    rules: Mapping[str, RuleValue] = field(default_factory=dict)
+    default: RuleValue = "allow"
+    approver: Approver | None = None
+
+    def __post_init__(self) -> None:
+        for name, value in {**self.rules, "<default>": self.default}.items():
+            if value not in ("allow", "confirm", "deny"):
+                raise ConfigurationError(
+                    f"Policy rule for {name!r} must be 'allow', 'confirm' or 'deny', got {value!r}"
+                )
+        if self.approver is not None and not callable(self.approver):
+            raise ConfigurationError(
+                f"Policy approver must be a callable taking a PendingCall, got {self.approver!r}"
+            )
+        object.__setattr__(self, "rules", dict(self.rules))
+
+    def decide(self, tool_name: str) -> Decision:
+        """The rule for ``tool_name`` (its own rule, else the default)."""
+        return Decision(self.rules.get(tool_name, self.default))
+
+    def combine(self, stricter_of: Policy | None) -> Policy:
+        """One policy where, for each tool and for the default, the stricter rule wins.
+
+        The approver of ``self`` is kept when set (the nearest definition's), else the other's.
+        """
+        if stricter_of is None:
+            return self
+        rules: dict[str, RuleValue] = {}
+        for name in {*self.rules, *stricter_of.rules}:
+            a, b = self.decide(name), stricter_of.decide(name)
+            rules[name] = (a if a.strictness >= b.strictness else b).value
+        da, db = Decision(self.default), Decision(stricter_of.default)
+        default: RuleValue = (da if da.strictness >= db.strictness else db).value
+        return Policy(rules, default, self.approver or stricter_of.approver)
+
+    async def check(self, call: PendingCall, held: frozenset[str]) -> str | None:
+        """``None`` if the call may run, else the refusal the model reads."""
+        if call.name not in held:
+            return (
+                f"tool {call.name!r} is not available to agent {call.agent_name!r}; "
+                f"use one of: {', '.join(sorted(held)) or '(no tools)'}"
+            )
+        decision = self.decide(call.name)
+        if decision is Decision.ALLOW:
+            return None
+        if decision is Decision.DENY:
+            return (
+                f"tool {call.name!r} is denied by policy; do not call it again, choose another way"
+            )
+        if self.approver is None:
+            return (
+                f"tool {call.name!r} needs approval and no approver is configured; it was not run"
+            )
+        verdict = self.approver(call)
+        if inspect.isawaitable(verdict):
+            verdict = await verdict
+        if verdict is True:
+            return None
+        return f"the call to {call.name!r} was declined by the approver; it was not run"

@@ -1,0 +1,194 @@
+"""Running a tree: :func:`open_run`, :func:`run`, :func:`run_sync`.
+
+A run owns everything its agents share for its lifetime: the model clients (one per provider,
+base URL and key, closed explicitly when the run ends), the budgets, the event channel and the
+cancel scope. ``open_run`` starts the root agent in a nursery and hands back a
+:class:`RunHandle`; leaving the ``async with`` block cancels a run that has not finished and
+waits for it to wind down, so no task outlives the block.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from functools import partial
+from typing import Any
+
+import trio
+from opentelemetry import trace
+
+from . import spans
+from .agent import Agent, AgentTree
+from .errors import ConfigurationError
+from .events import Event, EventSink
+from .limits import Limits
+from .loop import AgentNode, RunState, run_agent
+from .messages import Message
+from .models import resolve_model
+from .models.base import ClientPool, Model
+from .policy import Policy
+from .result import RunResult
+from .spawn import make_root
+
+__all__ = ["RunHandle", "open_run", "run", "run_sync"]
+
+_CLOSE_TIMEOUT = 5.0
+
+
+class RunHandle:
+    """A running tree: its events, a way to stop it, and its result."""
+
+    def __init__(self, state: RunState, root: AgentNode) -> None:
+        self._state = state
+        self._root = root
+        self._done = trio.Event()
+        self._result: RunResult | None = None
+
+    @property
+    def run_id(self) -> str:
+        """The run's id (also ``gen_ai.conversation.id`` on every span)."""
+        return self._state.run_id
+
+    @property
+    def events(self) -> trio.MemoryReceiveChannel[Event]:
+        """Run events; the channel ends when the run does. Never slows the run (see EventSink)."""
+        return self._state.events.receive_channel
+
+    @property
+    def dropped_events(self) -> int:
+        """Events dropped because the buffer was full."""
+        return self._state.events.dropped
+
+    @property
+    def abandoned_threads(self) -> int:
+        """Worker threads of timed-out sync tools that were abandoned, not waited for."""
+        return self._state.abandoned_threads
+
+    @property
+    def done(self) -> bool:
+        """True once the result is available."""
+        return self._done.is_set()
+
+    def cancel(self) -> None:
+        """Stop the whole tree now; the result has status ``cancelled`` and valid transcripts."""
+        if not self._done.is_set():
+            self._state.cancel_requested = True
+            self._state.scope.cancel()
+
+    async def result(self) -> RunResult:
+        """Wait for the run to end and return its result tree."""
+        await self._done.wait()
+        assert self._result is not None
+        return self._result
+
+    async def _drive(self) -> None:
+        state = self._state
+        try:
+            with state.scope:
+                state.scope.deadline = state.deadline
+                await run_agent(self._root, state)
+        finally:
+            self._result = self._root.to_result(state.run_id)
+            state.events.close()
+            self._done.set()
+
+
+@asynccontextmanager
+async def open_run(
+    agent: Agent,
+    prompt: str,
+    *,
+    model: Model | str | None = None,
+    limits: Limits | None = None,
+    policy: Policy | None = None,
+    deps: Any = None,
+    message_history: Sequence[Message] | None = None,
+    tracer_provider: trace.TracerProvider | None = None,
+    event_buffer: int = 4096,
+) -> AsyncIterator[RunHandle]:
+    """Start ``agent`` on ``prompt`` and yield a :class:`RunHandle`.
+
+    ``model`` is the default for agents that name none; ``limits`` and ``policy`` apply to the
+    whole run, filling what definitions leave unset and never loosening them. ``deps`` reaches
+    tools as ``ToolContext.deps``. ``message_history`` is prepended to the root's transcript.
+    ``event_buffer=0`` turns events off. Raises
+    :class:`~orchestrator.errors.ConfigurationError` before any model call if the tree cannot run.
+    """
+    state, root = _prepare(
+        agent, prompt, model, limits, policy, deps, message_history, tracer_provider, event_buffer
+    )
+    stack = AsyncExitStack()
+    state.clients = ClientPool(stack)
+    handle = RunHandle(state, root)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(handle._drive)
+            try:
+                yield handle
+            finally:
+                if not handle.done:
+                    handle.cancel()
+                with trio.CancelScope(shield=True):
+                    await handle._done.wait()
+    finally:
+        # close every client even when the caller is being cancelled, but never hang on it
+        with trio.CancelScope(shield=True) as close_scope:
+            close_scope.deadline = trio.current_time() + _CLOSE_TIMEOUT
+            await stack.aclose()
+
+
+def _prepare(
+    agent: Agent,
+    prompt: str,
+    model: Model | str | None,
+    limits: Limits | None,
+    policy: Policy | None,
+    deps: Any,
+    history: Sequence[Message] | None,
+    tracer_provider: trace.TracerProvider | None,
+    event_buffer: int,
+) -> tuple[RunState, AgentNode]:
+    if not isinstance(agent, Agent):
+        raise ConfigurationError(f"run() needs an Agent, got {type(agent).__name__}")
+    if not isinstance(prompt, str):
+        raise ConfigurationError("the prompt must be a string")
+    if limits is not None and not isinstance(limits, Limits):
+        raise ConfigurationError(f"limits must be a Limits, got {limits!r}")
+    if policy is not None and not isinstance(policy, Policy):
+        raise ConfigurationError(f"policy must be a Policy, got {policy!r}")
+    tree = AgentTree(agent, run_limits=limits)
+    state = RunState(
+        run_id=uuid.uuid4().hex,
+        tree=tree,
+        default_model=resolve_model(model) if model is not None else None,
+        run_limits=limits or Limits(),
+        run_policy=policy,
+        deps=deps,
+        events=EventSink(event_buffer),
+        tracer=spans.get_tracer(tracer_provider),
+        clients=ClientPool(AsyncExitStack()),
+        thread_limiter=trio.CapacityLimiter(32),
+    )
+    for a in tree.by_name.values():  # every agent must end up with a model
+        if a.model is not None:
+            resolve_model(a.model)
+    root = make_root(state, agent, prompt, list(history or ()))
+    return state, root
+
+
+async def run(agent: Agent, prompt: str, **options: Any) -> RunResult:
+    """Run ``agent`` on ``prompt`` to its end and return the result tree (see :func:`open_run`)."""
+    options.setdefault("event_buffer", 0)
+    async with open_run(agent, prompt, **options) as handle:
+        return await handle.result()
+
+
+def run_sync(agent: Agent, prompt: str, **options: Any) -> RunResult:
+    """:func:`run` under ``trio.run``, then a bounded flush of the global tracer provider."""
+    result = trio.run(partial(run, agent, prompt, **options))
+    provider = options.get("tracer_provider") or trace.get_tracer_provider()
+    flush = getattr(provider, "force_flush", None)
+    if callable(flush):
+        flush(2000)
+    return result

@@ -1,0 +1,263 @@
+"""``spawn_subagent``: building child agents and running them in the parent's EXECUTE step.
+
+A spawn is an ordinary tool call. Its handler runs inside the nursery of the parent's EXECUTE
+step, so the children a turn asks for run concurrently, no child outlives its parent, and
+cancelling the parent cancels its subtree. A child starts with a fresh transcript (its own
+instructions and the task) and a tool set the model can only narrow: the child's definition
+fixes what it may do. Only the child's final answer comes back as the tool result; a child that
+did not complete comes back as an ``is_error`` result with its status, the reason, and what it
+had finished.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import trio
+
+from .agent import Agent
+from .errors import ConfigurationError, ToolError
+from .limits import DEFAULT_LIMITS, TREE_WIDE_FIELDS, Ledger, Limits
+from .loop import AgentNode, Limiters, Quota, RunState, make_runtime, run_agent
+from .messages import Message, TextBlock, text_of
+from .models import resolve_model
+from .models.base import Model
+from .policy import Policy
+from .result import RunStatus
+from .tools import Tool, ToolContext
+
+__all__ = ["make_child", "make_root"]
+
+SPAWN_TOOL = "spawn_subagent"
+_SUMMARY_CHARS = 400
+
+
+def _per_agent_limits(agent: Agent, inherited: Limits) -> Limits:
+    return (agent.limits or Limits()).fill(inherited)
+
+
+def make_root(run: RunState, agent: Agent, prompt: str, history: list[Message]) -> AgentNode:
+    """The root's node: the run's budgets, the root's own limits as the first layer."""
+    limits = _per_agent_limits(agent, run.run_limits.fill(DEFAULT_LIMITS))
+    # one budget for the run; the root's own tree-wide values can only tighten it
+    tree_wide = _tree_wide(run.run_limits).tightest(_tree_wide(agent.limits)).fill(DEFAULT_LIMITS)
+    model = _model_for(agent, None, run)
+    ledger = Ledger(tree_wide.token_budget, tree_wide.cost_budget_usd)
+    limiter = trio.CapacityLimiter(tree_wide.max_concurrency or 16)
+    quota = Quota(tree_wide.max_agents)
+    quota.try_take()
+    run.deadline = trio.current_time() + (tree_wide.timeout or math.inf)
+    policy = (agent.policy or Policy()).combine(run.run_policy)
+    tools = {t.name: t for t in agent.tools or ()}
+    node = AgentNode(
+        agent=agent,
+        path=agent.name,
+        depth=0,
+        model=model,
+        limits=limits,
+        policy=policy,
+        tools=tools,
+        ledger=ledger,
+        limiters=Limiters((limiter,)),
+        agent_quota=quota,
+        deadline=run.deadline,
+        own_deadline=math.inf,
+        task=prompt,
+        runtime=make_runtime(limits, run),
+    )
+    _add_spawn_tool(node, run)
+    messages = list(history)
+    if messages and messages[-1].role == "user":  # keep roles alternating
+        last = messages.pop()
+        messages.append(Message("user", (*last.content, TextBlock(prompt))))
+    else:
+        messages.append(Message.user(prompt))
+    for m in messages:
+        node.append(m)
+    return node
+
+
+def _tree_wide(limits: Limits | None) -> Limits:
+    if limits is None:
+        return Limits()
+    return Limits(**{k: v for k, v in limits.to_dict().items() if k in TREE_WIDE_FIELDS})
+
+
+def _ordinal(parent: AgentNode, call_id: str, agent_name: str) -> int:
+    """The n-th spawn of ``agent_name`` by ``parent``, counted in call order (not start order).
+
+    Siblings of one turn start in whatever order the scheduler picks; numbering them from the
+    transcript keeps paths (and so trace attributes and results) deterministic.
+    """
+    n = 0
+    for message in parent.messages:
+        if message.role != "assistant":
+            continue
+        for call in message.tool_uses:
+            if call.name == SPAWN_TOOL and call.input.get("agent") == agent_name:
+                n += 1
+            if call.id == call_id:
+                return n
+    return n + 1
+
+
+def make_child(
+    run: RunState,
+    parent: AgentNode,
+    agent: Agent,
+    task: str,
+    tool_names: list[str] | None,
+    key: tuple[int, int],
+    call_id: str = "",
+) -> AgentNode:
+    """A child node under ``parent``; raises ToolError for a refused spawn (nothing started)."""
+    base = parent.tools if agent.tools is None else {t.name: t for t in agent.tools}
+    base = {n: t for n, t in base.items() if n != SPAWN_TOOL}
+    if tool_names is not None:
+        outside = sorted(set(tool_names) - set(base))
+        if outside:
+            raise ToolError(
+                f"cannot give {agent.name!r} tools {outside}: it may only use "
+                f"{sorted(base) or '(no tools)'}; ask for a subset of those or omit 'tools'"
+            )
+        base = {n: t for n, t in base.items() if n in set(tool_names)}
+    limits = _per_agent_limits(agent, parent.limits)
+    if parent.spawned >= (parent.limits.max_children or 0):
+        raise ToolError(
+            f"{parent.agent.name!r} already spawned {parent.spawned} subagents, its max_children; "
+            "finish the task with what you have"
+        )
+    own = agent.limits or Limits()
+    quota = (
+        parent.agent_quota if own.max_agents is None else Quota(own.max_agents, parent.agent_quota)
+    )
+    if not quota.try_take():
+        raise ToolError(
+            "the run reached max_agents; no more subagents can start. Finish with what you have"
+        )
+    parent.spawned += 1
+    ledger = parent.ledger
+    if own.token_budget is not None or own.cost_budget_usd is not None:
+        ledger = Ledger(own.token_budget, own.cost_budget_usd, parent.ledger)
+    limiters = parent.limiters
+    if own.max_concurrency is not None:
+        limiters = Limiters((trio.CapacityLimiter(own.max_concurrency), *parent.limiters.chain))
+    own_deadline = trio.current_time() + own.timeout if own.timeout is not None else math.inf
+    index = _ordinal(parent, call_id, agent.name)
+    child = AgentNode(
+        agent=agent,
+        path=f"{parent.path}/{agent.name}#{index}",
+        depth=parent.depth + 1,
+        model=_model_for(agent, parent, run),
+        limits=limits,
+        policy=(agent.policy or Policy()).combine(parent.policy),
+        tools=base,
+        ledger=ledger,
+        limiters=limiters,
+        agent_quota=quota,
+        deadline=min(parent.deadline, own_deadline),
+        own_deadline=own_deadline,
+        task=task,
+        runtime=make_runtime(limits, run),
+        parent=parent,
+    )
+    _add_spawn_tool(child, run)
+    child.append(Message.user(task))
+    parent.children.append((key, child))
+    return child
+
+
+def _model_for(agent: Agent, parent: AgentNode | None, run: RunState) -> Model:
+    if agent.model is not None:
+        return resolve_model(agent.model)
+    if parent is not None:
+        return parent.model
+    if run.default_model is not None:
+        return run.default_model
+    raise ConfigurationError(
+        f"no model for agent {agent.name!r}: set Agent(model=...) or pass run(..., model=...)"
+    )
+
+
+def _add_spawn_tool(node: AgentNode, run: RunState) -> None:
+    subagents = run.tree.subagents_of(node.agent)
+    if subagents and node.depth < (node.limits.max_depth or 0):
+        node.tools[SPAWN_TOOL] = build_spawn_tool(subagents)
+
+
+def build_spawn_tool(subagents: tuple[Agent, ...]) -> Tool:
+    """The ``spawn_subagent`` tool for an agent with these subagents."""
+    names = tuple(a.name for a in subagents)
+    listing = "\n".join(f"- {a.name}: {a.description or a.instructions[:200]}" for a in subagents)
+
+    async def spawn_subagent(
+        ctx: ToolContext, agent: str, task: str, tools: list[str] | None = None
+    ) -> str:
+        run, parent, key, _span = ctx._runtime
+        return await run_child(
+            run, parent, run.tree.by_name[agent], task, tools, key, ctx.tool_call_id
+        )
+
+    spawn_subagent.__annotations__ = {
+        "ctx": ToolContext,
+        "agent": Literal[names],
+        "task": str,
+        "tools": list[str] | None,
+        "return": str,
+    }
+    description = (
+        "Start a subagent on a task and get back its final answer. It begins with a fresh "
+        "transcript: put everything it needs in `task`. Several calls in one turn run in "
+        "parallel. `tools` may narrow the subagent's tools to a subset.\n"
+        f"Available subagents:\n{listing}"
+    )
+    doc = {
+        "agent": "which subagent to start",
+        "task": "the complete task, self-contained",
+        "tools": "optional subset of the subagent's tools",
+    }
+    t = Tool(
+        spawn_subagent,
+        name=SPAWN_TOOL,
+        description=description,
+        _allow_reserved=True,
+        _timeout_exempt=True,
+    )
+    for prop, text in doc.items():
+        t.input_schema["properties"][prop]["description"] = text
+    return t
+
+
+async def run_child(
+    run: RunState,
+    parent: AgentNode,
+    agent: Agent,
+    task: str,
+    tool_names: list[str] | None,
+    key: tuple[int, int],
+    call_id: str,
+) -> str:
+    """Start a child, run it to its end, and return its answer (or raise ToolError)."""
+    child = make_child(run, parent, agent, task, tool_names, key, call_id)
+    await run_agent(child, run)
+    if child.status is RunStatus.COMPLETED:
+        return child.output
+    raise ToolError(
+        f"subagent {child.path} ended with status {child.status.value if child.status else 'error'}: "
+        f"{child.error}. {summarize(child)}"
+    )
+
+
+def summarize(node: AgentNode) -> str:
+    """What a child finished before it stopped, in a few lines for its parent."""
+    tool_calls = sum(len(m.tool_uses) for m in node.messages if m.role == "assistant")
+    texts = [text_of(m.content) for m in node.messages[1:] if m.role == "assistant"]
+    last = next((t for t in reversed(texts) if t.strip()), "")
+    parts = [f"It took {node.turns} turns and made {tool_calls} tool calls."]
+    if last:
+        snippet = last.strip().replace("\n", " ")
+        if len(snippet) > _SUMMARY_CHARS:
+            snippet = snippet[:_SUMMARY_CHARS] + "..."
+        parts.append(f"Its last words: {snippet}")
+    return " ".join(parts)

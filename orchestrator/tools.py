@@ -1,0 +1,367 @@
+"""Tools: ``@tool``, argument validation, and errors as results.
+
+A tool is a sync or async function with type hints and a docstring. ``@tool`` builds a pydantic
+model from the signature (so the model sees a JSON schema, and arguments are validated before
+the call) and reads parameter descriptions from the docstring's ``Args:`` section. A first
+parameter annotated :class:`ToolContext` is injected by the runtime and left out of the schema.
+
+Everything that can go wrong in a call (bad arguments, an unknown tool, an exception, a hang)
+becomes an ``is_error`` tool result whose text says what was wrong and how to fix it, because
+the model can often recover and an exception would lose the whole run.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import random
+import re
+import typing
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, overload
+
+import pydantic
+import trio
+
+from .errors import ConfigurationError, ToolError
+from .messages import ToolResultBlock, ToolUseBlock, canonical_json
+from .models.base import ToolSpec
+from .redact import redact
+
+__all__ = ["Tool", "ToolContext", "tool"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+RESERVED_TOOL_NAMES = frozenset({"spawn_subagent"})
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    """What the runtime tells a tool about the call it is serving.
+
+    Declare a first parameter annotated ``ToolContext`` to receive it; it never appears in the
+    tool's schema. ``deps`` is whatever the caller passed to ``run(..., deps=...)``.
+    """
+
+    run_id: str
+    agent_name: str
+    agent_path: str
+    depth: int
+    deps: Any = None
+    tool_call_id: str = ""
+    _runtime: Any = field(default=None, repr=False, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRuntime:
+    """Per-agent execution settings for tool calls (internal)."""
+
+    timeout: float
+    max_result_chars: int
+    thread_limiter: trio.CapacityLimiter
+    on_abandoned_thread: Callable[[], None] = lambda: None
+
+
+class Tool:
+    """A callable the model may ask for, with its schema and validation.
+
+    Build tools with :func:`tool`; instances are immutable and can be shared by many agents.
+    """
+
+    __slots__ = (
+        "_spec",
+        "args_model",
+        "description",
+        "fn",
+        "idempotent",
+        "input_schema",
+        "is_async",
+        "max_retries",
+        "name",
+        "takes_context",
+        "timeout_exempt",
+    )
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        idempotent: bool = False,
+        max_retries: int = 2,
+        _allow_reserved: bool = False,
+        _timeout_exempt: bool = False,
+    ) -> None:
+        if not callable(fn):
+            raise ConfigurationError(f"@tool needs a function, got {fn!r}")
+        self.fn = fn
+        self.name: str = name or str(getattr(fn, "__name__", ""))
+        if not _NAME_RE.match(self.name):
+            raise ConfigurationError(
+                f"tool name {self.name!r} must be 1-64 letters, digits, '_' or '-'"
+            )
+        if self.name in RESERVED_TOOL_NAMES and not _allow_reserved:
+            raise ConfigurationError(
+                f"tool name {self.name!r} is reserved for the runtime; rename the tool"
+            )
+        summary, param_docs = _parse_docstring(inspect.getdoc(fn) or "")
+        self.description = description if description is not None else summary
+        self.idempotent = idempotent
+        self.max_retries = max_retries if idempotent else 0
+        self.timeout_exempt = _timeout_exempt
+        target = inspect.unwrap(fn)
+        self.is_async = inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(
+            getattr(fn, "__call__", None)  # noqa: B004 - callable objects with async __call__
+        )
+        self.takes_context, self.args_model = _build_args_model(self.name, fn, param_docs)
+        schema = self.args_model.model_json_schema()
+        schema.pop("title", None)
+        for prop in schema.get("properties", {}).values():
+            if isinstance(prop, dict):
+                prop.pop("title", None)
+        self.input_schema: dict[str, Any] = schema
+        self._spec = ToolSpec(self.name, self.description, self.input_schema)
+
+    @property
+    def spec(self) -> ToolSpec:
+        """The tool as the model sees it."""
+        return self._spec
+
+    def __repr__(self) -> str:
+        return f"Tool({self.name!r})"
+
+    def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """Validated keyword arguments for the function; raises pydantic's ValidationError."""
+        model = self.args_model.model_validate(arguments)
+        return {name: getattr(model, name) for name in type(model).model_fields}
+
+
+@overload
+def tool(fn: F, /) -> Tool: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    idempotent: bool = False,
+    max_retries: int = 2,
+) -> Callable[[F], Tool]: ...
+
+
+def tool(
+    fn: F | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    idempotent: bool = False,
+    max_retries: int = 2,
+) -> Tool | Callable[[F], Tool]:
+    """Turn a typed function into a :class:`Tool`: ``@tool`` or ``@tool(idempotent=True)``.
+
+    Only ``idempotent=True`` tools are retried (up to ``max_retries`` times, with backoff) after
+    an exception or a timeout: a timeout can happen after a side effect succeeded, so retrying a
+    tool that mutates something is the caller's decision, not the runtime's.
+    """
+
+    def wrap(f: F) -> Tool:
+        return Tool(
+            f, name=name, description=description, idempotent=idempotent, max_retries=max_retries
+        )
+
+    return wrap(fn) if fn is not None else wrap
+
+
+def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
+    """Split a docstring into its description and Google/Sphinx-style parameter docs."""
+    params: dict[str, str] = {}
+    summary_lines: list[str] = []
+    in_args = False
+    current: str | None = None
+    for line in doc.splitlines():
+        stripped = line.strip()
+        sphinx = re.match(r":param\s+(?:\w+\s+)?(\w+):\s*(.*)", stripped)
+        if sphinx:
+            params[sphinx.group(1)] = sphinx.group(2)
+            continue
+        if stripped.rstrip(":").lower() in ("args", "arguments", "parameters", "params"):
+            in_args = True
+            continue
+        if in_args:
+            if stripped.rstrip(":").lower() in (
+                "returns",
+                "raises",
+                "yields",
+                "examples",
+                "example",
+            ):
+                in_args = False
+                continue
+            m = re.match(r"(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)", stripped)
+            if m and not line.startswith(" " * 8):
+                current = m.group(1)
+                params[current] = m.group(2)
+            elif current and stripped:
+                params[current] = f"{params[current]} {stripped}".strip()
+            continue
+        if stripped.startswith(":") or stripped.rstrip(":").lower() in ("returns", "raises"):
+            continue
+        summary_lines.append(line)
+    return "\n".join(summary_lines).strip(), params
+
+
+def _build_args_model(
+    tool_name: str, fn: Callable[..., Any], param_docs: Mapping[str, str]
+) -> tuple[bool, type[pydantic.BaseModel]]:
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except Exception as exc:
+        raise ConfigurationError(
+            f"tool {tool_name!r}: cannot resolve its type hints: {exc}"
+        ) from exc
+    takes_context = False
+    fields: dict[str, Any] = {}
+    for i, (pname, param) in enumerate(inspect.signature(fn).parameters.items()):
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise ConfigurationError(
+                f"tool {tool_name!r}: *args and **kwargs cannot be described to a model"
+            )
+        annotation = hints.get(pname, inspect.Parameter.empty)
+        if annotation is ToolContext:
+            if i != 0:
+                raise ConfigurationError(
+                    f"tool {tool_name!r}: the ToolContext parameter must come first"
+                )
+            takes_context = True
+            continue
+        if annotation is inspect.Parameter.empty:
+            raise ConfigurationError(
+                f"tool {tool_name!r}: parameter {pname!r} has no type hint; "
+                "annotate every parameter so its schema can be generated"
+            )
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[pname] = (annotation, pydantic.Field(default, description=param_docs.get(pname)))
+    try:
+        model = pydantic.create_model(
+            f"{tool_name}_arguments",
+            __config__=pydantic.ConfigDict(extra="forbid", arbitrary_types_allowed=False),
+            **fields,
+        )
+        model.model_json_schema()
+    except Exception as exc:
+        raise ConfigurationError(
+            f"tool {tool_name!r}: its parameters have no JSON schema: {exc}"
+        ) from exc
+    return takes_context, typing.cast(type[pydantic.BaseModel], model)
+
+
+def to_content(value: Any) -> str:
+    """A tool's return value as the text the model reads."""
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return "(no output)"
+    if isinstance(value, pydantic.BaseModel):
+        return value.model_dump_json()
+    if isinstance(value, bytes | bytearray | memoryview):
+        return f"(binary data, {len(value)} bytes, not shown)"
+    if isinstance(value, dict | list | tuple | int | float | bool):
+        try:
+            return json.dumps(value, ensure_ascii=False, default=str)
+        except (TypeError, ValueError):
+            return repr(value)
+    return str(value)
+
+
+def cap(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters with a visible marker saying what was cut."""
+    if len(text) <= limit:
+        return text
+    return (
+        f"{text[:limit]}\n[truncated: showing {limit} of {len(text)} characters; "
+        "ask for a narrower range or a smaller page]"
+    )
+
+
+def error_result(call_id: str, message: str) -> ToolResultBlock:
+    """An ``is_error`` result (redacted)."""
+    return ToolResultBlock(call_id, redact(message), is_error=True)
+
+
+def describe_validation_error(t: Tool, exc: pydantic.ValidationError) -> str:
+    """What was wrong with the arguments, and the schema to fix them against."""
+    problems = []
+    for err in exc.errors(include_url=False):
+        loc = ".".join(str(p) for p in err["loc"]) or "(arguments)"
+        problems.append(f"{loc}: {err['msg']}")
+    return (
+        f"invalid arguments for tool {t.name!r}: {'; '.join(problems)}. "
+        f"Call it again with arguments matching this schema: {canonical_json(t.input_schema)}"
+    )
+
+
+async def execute(
+    t: Tool, call: ToolUseBlock, ctx: ToolContext, rt: ToolRuntime
+) -> ToolResultBlock:
+    """Run one validated call to ``t`` and turn whatever happens into a tool result.
+
+    Sync tools run in a worker thread that a timeout abandons (a Python thread cannot be
+    killed); the abandoned thread is reported through ``rt.on_abandoned_thread``. Cancellation
+    from outside propagates: the caller records a synthetic result for the cut call.
+    """
+    try:
+        kwargs = t.validate(call.input if isinstance(call.input, Mapping) else {})
+    except pydantic.ValidationError as exc:
+        return error_result(call.id, describe_validation_error(t, exc))
+    fn = (
+        functools.partial(t.fn, ctx, **kwargs)
+        if t.takes_context
+        else functools.partial(t.fn, **kwargs)
+    )
+    attempt = 0
+    while True:
+        message = await _attempt(t, fn, rt)
+        if isinstance(message, _Ok):
+            text = redact(to_content(message.value))
+            return ToolResultBlock(call.id, cap(text, rt.max_result_chars))
+        if attempt >= t.max_retries:
+            if attempt:
+                message = f"{message} (failed after {attempt + 1} attempts)"
+            return error_result(call.id, message)
+        await trio.sleep(min(0.25 * 2**attempt, 4.0) * (0.5 + random.random()))
+        attempt += 1
+
+
+@dataclass(frozen=True, slots=True)
+class _Ok:
+    value: Any
+
+
+async def _attempt(t: Tool, fn: Callable[[], Any], rt: ToolRuntime) -> _Ok | str:
+    """One call: the value, or the error text the model should read."""
+    timeout = float("inf") if t.timeout_exempt else rt.timeout
+    try:
+        with trio.move_on_after(timeout) as scope:
+            if t.is_async:
+                return _Ok(await typing.cast(Callable[[], Awaitable[Any]], fn)())
+            return _Ok(
+                await trio.to_thread.run_sync(fn, abandon_on_cancel=True, limiter=rt.thread_limiter)
+            )
+    except ToolError as exc:
+        return str(exc)
+    except Exception as exc:
+        return (
+            f"tool {t.name!r} raised {type(exc).__name__}: {exc}. "
+            "Check the arguments, or try a different approach."
+        )
+    if scope.cancelled_caught and not t.is_async:
+        rt.on_abandoned_thread()
+    return (
+        f"tool {t.name!r} timed out after {timeout:g}s and was abandoned; "
+        "try a smaller request or a different approach"
+    )
