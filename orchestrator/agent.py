@@ -117,6 +117,35 @@ class Agent:
     def __repr__(self) -> str:
         return f"Agent({self.name!r})"
 
+    def replace(self, **changes: Any) -> Agent:
+        """A copy with some fields changed (``Agent`` itself is immutable)."""
+        fields: dict[str, Any] = {
+            "description": self.description,
+            "model": self.model,
+            "tools": self.tools,
+            "subagents": self.subagents,
+            "limits": self.limits,
+            "policy": self.policy,
+            "max_output_tokens": self.max_output_tokens,
+        }
+        fields.update(changes)
+        name = fields.pop("name", self.name)
+        instructions = fields.pop("instructions", self.instructions)
+        return Agent(name, instructions, **fields)
+
+    def map_tree(self, fn: Callable[[Agent], Agent]) -> Agent:
+        """This tree with ``fn`` applied to every agent defined in it (names kept as names)."""
+        memo: dict[int, Agent] = {}
+
+        def visit(agent: Agent) -> Agent:
+            if id(agent) not in memo:
+                memo[id(agent)] = agent  # cycles through objects are impossible; guard anyway
+                subs = tuple(s if isinstance(s, str) else visit(s) for s in agent.subagents)
+                memo[id(agent)] = fn(agent.replace(subagents=subs))
+            return memo[id(agent)]
+
+        return visit(self)
+
 
 class AgentTree:
     """A root agent with every subagent name resolved to a definition.

@@ -14,9 +14,10 @@ This module knows nothing of subagents: ``spawn_subagent`` is an ordinary tool b
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import trio
@@ -24,6 +25,7 @@ from opentelemetry.trace import SpanKind, Tracer
 
 from . import spans
 from .agent import Agent, AgentTree
+from .cancellation import is_cancellation
 from .errors import ModelError
 from .events import (
     AgentFinished,
@@ -133,19 +135,21 @@ class RunState:
 
 
 class Limiters:
-    """A chain of capacity limiters (an agent's own ``max_concurrency`` inside the run's)."""
+    """A chain of capacity limiters (an agent's own ``max_concurrency`` inside the run's).
+
+    Shared by every agent under the same limits, so it keeps no per-acquisition state.
+    """
 
     def __init__(self, chain: tuple[trio.CapacityLimiter, ...]) -> None:
         self.chain = chain
 
-    async def __aenter__(self) -> None:
-        stack = AsyncExitStack()
-        for limiter in self.chain:
-            await stack.enter_async_context(limiter)
-        self._stack = stack
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._stack.aclose()
+    @asynccontextmanager
+    async def hold(self) -> AsyncIterator[None]:
+        """Hold one token of every limiter in the chain, innermost first."""
+        async with AsyncExitStack() as stack:
+            for limiter in self.chain:
+                await stack.enter_async_context(limiter)
+            yield
 
 
 @dataclass(eq=False)
@@ -285,8 +289,9 @@ async def run_agent(node: AgentNode, run: RunState) -> None:
             with trio.CancelScope(deadline=node.own_deadline) as own_scope:
                 try:
                     await _loop(node, run)
-                except trio.Cancelled:
-                    node.finish(*run.cut_status(node))
+                except BaseException as exc:
+                    if is_cancellation(exc):
+                        node.finish(*run.cut_status(node))
                     raise
             if own_scope.cancelled_caught:
                 node.finish(RunStatus.TIMEOUT, f"agent timeout reached after {node.elapsed():.1f}s")
@@ -322,15 +327,13 @@ async def _loop(node: AgentNode, run: RunState) -> None:
     last_signature: frozenset[tuple[str, str]] | None = None
     repeats = 0
     error_turns = 0
+    cut_text: list[str] = []  # pieces of an answer cut by max_tokens, joined when it completes
     while True:
         node.turns += 1
         run.events.emit(TurnStarted(node.path, node.turns))
-        turn = node.turns
+        turn_attrs = partial(_turn_attributes, node.turns, node.path)
         with spans.span(
-            run.tracer,
-            f"turn {node.agent.name}",
-            SpanKind.INTERNAL,
-            lambda turn=turn: {"orchestrator.turn.index": turn, "orchestrator.agent.path": node.path},
+            run.tracer, f"turn {node.agent.name}", SpanKind.INTERNAL, turn_attrs
         ) as turn_span:
             # GENERATE (a tool call cut by max_tokens is retried once with a larger cap)
             max_tokens = node.agent.max_output_tokens
@@ -358,10 +361,14 @@ async def _loop(node: AgentNode, run: RunState) -> None:
             if response.content:
                 node.append(Message("assistant", response.content))
             if stop in _DONE and not calls:
-                node.finish(RunStatus.COMPLETED, output=text_of(response.content))
+                node.finish(
+                    RunStatus.COMPLETED, output="".join([*cut_text, text_of(response.content)])
+                )
                 return
             if stop == "max_tokens":
-                node.append(Message.user(CONTINUE_PROMPT))
+                if response.content:  # nothing to continue from an empty reply: just ask again
+                    cut_text.append(text_of(response.content))
+                    node.append(Message.user(CONTINUE_PROMPT))
                 if node.turns >= max_turns:
                     node.finish(
                         RunStatus.MAX_TURNS,
@@ -413,6 +420,7 @@ async def _loop(node: AgentNode, run: RunState) -> None:
                 return
 
             # EXECUTE
+            cut_text.clear()
             results = await _execute(node, run, calls)
 
             # RESUME
@@ -424,6 +432,10 @@ async def _loop(node: AgentNode, run: RunState) -> None:
                     f"every tool call failed {error_turns} turns in a row; last: {results[-1].content[:200]}",
                 )
                 return
+
+
+def _turn_attributes(turn: int, path: str) -> dict[str, Any]:
+    return {"orchestrator.turn.index": turn, "orchestrator.agent.path": path}
 
 
 async def _generate(
@@ -441,12 +453,12 @@ async def _generate(
         node.finish(RunStatus.BUDGET_EXCEEDED, str(exc))
         return None
     request = ModelRequest(
-        node.agent.instructions, node.messages, specs, max_tokens, node.info, estimate
+        node.agent.instructions, tuple(node.messages), specs, max_tokens, node.info, estimate
     )
     ctx = ModelContext(run.clients, _text_sink(run, node))
     usage: Usage | None = None
     try:
-        async with node.limiters:
+        async with node.limiters.hold():
             with spans.span(
                 run.tracer,
                 f"chat {model.name}",

@@ -106,17 +106,28 @@ async def open_run(
     message_history: Sequence[Message] | None = None,
     tracer_provider: trace.TracerProvider | None = None,
     event_buffer: int = 4096,
+    run_id: str | None = None,
 ) -> AsyncIterator[RunHandle]:
     """Start ``agent`` on ``prompt`` and yield a :class:`RunHandle`.
 
     ``model`` is the default for agents that name none; ``limits`` and ``policy`` apply to the
     whole run, filling what definitions leave unset and never loosening them. ``deps`` reaches
     tools as ``ToolContext.deps``. ``message_history`` is prepended to the root's transcript.
-    ``event_buffer=0`` turns events off. Raises
+    ``event_buffer=0`` turns events off. ``run_id`` names the run (a random hex id by default;
+    it is ``gen_ai.conversation.id`` on every span). Raises
     :class:`~orchestrator.errors.ConfigurationError` before any model call if the tree cannot run.
     """
     state, root = _prepare(
-        agent, prompt, model, limits, policy, deps, message_history, tracer_provider, event_buffer
+        agent,
+        prompt,
+        model,
+        limits,
+        policy,
+        deps,
+        message_history,
+        tracer_provider,
+        event_buffer,
+        run_id,
     )
     stack = AsyncExitStack()
     state.clients = ClientPool(stack)
@@ -148,6 +159,7 @@ def _prepare(
     history: Sequence[Message] | None,
     tracer_provider: trace.TracerProvider | None,
     event_buffer: int,
+    run_id: str | None = None,
 ) -> tuple[RunState, AgentNode]:
     if not isinstance(agent, Agent):
         raise ConfigurationError(f"run() needs an Agent, got {type(agent).__name__}")
@@ -159,7 +171,7 @@ def _prepare(
         raise ConfigurationError(f"policy must be a Policy, got {policy!r}")
     tree = AgentTree(agent, run_limits=limits)
     state = RunState(
-        run_id=uuid.uuid4().hex,
+        run_id=run_id or uuid.uuid4().hex,
         tree=tree,
         default_model=resolve_model(model) if model is not None else None,
         run_limits=limits or Limits(),

@@ -21,10 +21,10 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-import trio
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
+from .cancellation import is_cancellation
 from .messages import Message, ToolResultBlock, ToolUseBlock, Usage, message_to_wire
 from .redact import redact
 
@@ -67,12 +67,11 @@ def span(
             s.set_attributes(attributes())
         try:
             yield s
-        except trio.Cancelled:
-            if s.is_recording():
-                s.set_attribute("orchestrator.cancelled", True)
-            raise
         except BaseException as exc:
-            if s.is_recording():
+            if is_cancellation(exc):
+                if s.is_recording():
+                    s.set_attribute("orchestrator.cancelled", True)
+            elif s.is_recording():
                 s.set_attribute("error.type", type(exc).__qualname__)
                 s.set_status(Status(StatusCode.ERROR, redact(str(exc))[:200]))
             raise
@@ -130,6 +129,7 @@ def record_chat_response(s: Span, response: ModelResponse) -> None:
     if not s.is_recording():
         return
     u = response.usage
+    s.set_status(Status(StatusCode.OK))
     s.set_attributes(
         {
             "gen_ai.response.model": response.model,

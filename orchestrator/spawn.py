@@ -224,8 +224,13 @@ def build_spawn_tool(subagents: tuple[Agent, ...]) -> Tool:
         _allow_reserved=True,
         _timeout_exempt=True,
     )
+    props = t.input_schema["properties"]
     for prop, text in doc.items():
-        t.input_schema["properties"][prop]["description"] = text
+        props[prop]["description"] = text
+    # always an enum (pydantic writes a one-name Literal as "const"), so models see the choices
+    props["agent"].pop("const", None)
+    props["agent"]["enum"] = list(names)
+    props["agent"]["type"] = "string"
     return t
 
 

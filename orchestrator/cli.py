@@ -1,0 +1,330 @@
+"""The ``orchestrator`` command: run agent trees defined in Python, and look at their traces.
+
+``orchestrator run FILE.py[:NAME] "prompt"`` loads an :class:`~orchestrator.Agent` (default name
+``agent``), runs it with live progress, prints the final answer and one summary line, and writes
+the trace (OTLP when ``OTEL_EXPORTER_OTLP_*`` is set, else OTLP/JSON lines under ``runs/``).
+Without ``ANTHROPIC_API_KEY``, agents that name an anthropic model run on the offline model.
+
+Exit codes: 0 completed; 1 error; 2 bad usage or input (file, name, tree); 3 max_turns;
+4 timeout; 5 budget_exceeded; 6 repeat_guard; 7 error_threshold; 8 refusal;
+9 context_exceeded; 130 cancelled (Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import signal
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any, TextIO
+
+import trio
+
+from . import __version__
+from .agent import Agent
+from .errors import ConfigurationError
+from .limits import Limits
+from .result import RunResult, RunStatus
+
+__all__ = ["EXIT_CODES", "main"]
+
+EXIT_CODES: dict[RunStatus, int] = {
+    RunStatus.COMPLETED: 0,
+    RunStatus.ERROR: 1,
+    RunStatus.MAX_TURNS: 3,
+    RunStatus.TIMEOUT: 4,
+    RunStatus.BUDGET_EXCEEDED: 5,
+    RunStatus.REPEAT_GUARD: 6,
+    RunStatus.ERROR_THRESHOLD: 7,
+    RunStatus.REFUSAL: 8,
+    RunStatus.CONTEXT_EXCEEDED: 9,
+    RunStatus.CANCELLED: 130,
+}
+EXIT_USAGE = 2
+DEFAULT_RUNS_DIR = Path("runs")
+
+
+class UsageError(Exception):
+    """A problem with the command line or the file it names: one line, exit code 2."""
+
+
+def load_agent(target: str) -> Agent:
+    """The Agent named by ``FILE.py[:NAME]`` (default name ``agent``)."""
+    path_text, _, name = target.partition(":") if not os.path.exists(target) else (target, "", "")
+    name = name or "agent"
+    path = Path(path_text)
+    if not path.is_file():
+        raise UsageError(f"no such file: {path}")
+    spec = importlib.util.spec_from_file_location(f"_orchestrator_user_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise UsageError(f"cannot load {path} as Python")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(path.resolve().parent))
+    try:
+        spec.loader.exec_module(module)
+    except ConfigurationError as exc:
+        raise UsageError(f"{path}: {exc}") from None
+    except Exception as exc:
+        raise UsageError(f"{path} failed to import: {type(exc).__name__}: {exc}") from None
+    finally:
+        sys.path.pop(0)
+    if not hasattr(module, name):
+        agents = [k for k, v in vars(module).items() if isinstance(v, Agent)]
+        raise UsageError(
+            f"{path} has no {name!r} (agents defined there: {', '.join(agents) or 'none'})"
+        )
+    obj = getattr(module, name)
+    if not isinstance(obj, Agent):
+        raise UsageError(f"{path}:{name} is a {type(obj).__name__}, not an Agent")
+    return obj
+
+
+def offline_fallback(agent: Agent, default_model: str | None) -> tuple[Agent, str | None, bool]:
+    """Without an API key, swap anthropic models for the offline model; report whether it did."""
+    if os.environ.get("ANTHROPIC_API_KEY"):
+        return agent, default_model, False
+    swapped = False
+
+    def swap(a: Agent) -> Agent:
+        nonlocal swapped
+        if isinstance(a.model, str) and a.model.startswith("anthropic:"):
+            swapped = True
+            return a.replace(model="offline")
+        if a.model is not None and getattr(a.model, "provider", "") == "anthropic":
+            swapped = True
+            return a.replace(model="offline")
+        return a
+
+    agent = agent.map_tree(swap)
+    if default_model is None or default_model.startswith("anthropic:"):
+        swapped = swapped or default_model is not None
+        default_model = "offline"
+    return agent, default_model, swapped
+
+
+def _limits_from(args: argparse.Namespace) -> Limits | None:
+    values = {
+        "max_turns": args.max_turns,
+        "timeout": args.timeout,
+        "max_depth": args.max_depth,
+        "max_concurrency": args.concurrency,
+        "token_budget": args.budget_tokens,
+    }
+    set_values = {k: v for k, v in values.items() if v is not None}
+    return Limits(**set_values) if set_values else None
+
+
+async def _run_tree(
+    agent: Agent,
+    prompt: str,
+    *,
+    model: str | None,
+    limits: Limits | None,
+    run_id: str,
+    progress: str,
+    out: TextIO,
+) -> RunResult:
+    from .progress import follow_events
+    from .run import open_run
+
+    async with open_run(
+        agent,
+        prompt,
+        model=model,
+        limits=limits,
+        run_id=run_id,
+        event_buffer=4096 if progress != "none" else 0,
+    ) as handle:
+        async with trio.open_nursery() as nursery:
+            if progress != "none":  # ends by itself when the run closes its event channel
+                nursery.start_soon(
+                    lambda: follow_events(handle.events, live=progress == "live", stream=out)
+                )
+            async with trio.open_nursery() as watcher:
+                watcher.start_soon(_watch_sigint, handle, out)
+                result = await handle.result()
+                watcher.cancel_scope.cancel()
+        return result
+
+
+async def _watch_sigint(handle: Any, out: TextIO) -> None:
+    """First Ctrl-C cancels the tree (keeping what finished); a second exits at once."""
+    with trio.open_signal_receiver(signal.SIGINT) as signals:
+        count = 0
+        async for _ in signals:
+            count += 1
+            if count == 1:
+                out.write("\ncancelling the run (Ctrl-C again to exit at once)...\n")
+                out.flush()
+                handle.cancel()
+            else:
+                os._exit(EXIT_CODES[RunStatus.CANCELLED])
+
+
+def _summary(result: RunResult, wall: float, trace: str) -> str:
+    u = result.usage
+    return (
+        f"status={result.status.value} agents={result.agents} turns={result.total_turns} "
+        f"tokens={u.billed_tokens:,} (input {u.input_tokens:,}, cache read {u.cache_read_tokens:,}, "
+        f"output {u.output_tokens:,}) cost=${u.cost_usd:.4f} wall={wall:.2f}s trace={trace} "
+        f"run={result.run_id}"
+    )
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .tracing import configure_tracing
+
+    agent = load_agent(args.target)
+    try:
+        limits = _limits_from(args)
+    except ConfigurationError as exc:
+        raise UsageError(str(exc)) from None
+    model = args.model
+    if model is not None and ":" not in model and model != "offline":
+        model = f"anthropic:{model}"
+    agent, model, offline = offline_fallback(agent, model)
+    err = sys.stderr
+    if offline and not args.json:
+        err.write(
+            "No ANTHROPIC_API_KEY set: running on the offline model (deterministic, no LLM).\n"
+        )
+    if args.dry_run:
+        return _dry_run(agent, model, limits, args)
+    run_id = uuid.uuid4().hex
+    runs_dir = Path(args.runs_dir)
+    setup = configure_tracing(runs_dir=runs_dir, run_file=runs_dir / f"{run_id}.jsonl")
+    quiet = args.quiet or args.json
+    progress = "none" if quiet else ("live" if sys.stderr.isatty() else "plain")
+    started = time.perf_counter()
+    try:
+        result = trio.run(
+            lambda: _run_tree(
+                agent,
+                args.prompt,
+                model=model,
+                limits=limits,
+                run_id=run_id,
+                progress=progress,
+                out=err,
+            )
+        )
+    except ConfigurationError as exc:
+        raise UsageError(str(exc)) from None
+    finally:
+        setup.shutdown()
+    wall = time.perf_counter() - started
+    trace = str(setup.trace_file) if setup.trace_file else (setup.endpoint or "not exported")
+    if args.json:
+        payload = {
+            "run_id": result.run_id,
+            "status": result.status.value,
+            "output": result.output,
+            "error": result.error,
+            "agents": result.agents,
+            "turns": result.total_turns,
+            "usage": result.usage.to_dict(),
+            "wall_s": round(wall, 3),
+            "trace": trace,
+            "offline": offline,
+            "tree": result.to_dict(),
+        }
+        sys.stdout.write(json.dumps(payload) + "\n")
+    else:
+        if result.output:
+            sys.stdout.write(result.output.rstrip() + "\n")
+        if result.status is not RunStatus.COMPLETED:
+            err.write(f"run ended with {result.status.value}: {result.error}\n")
+        if not args.quiet:
+            err.write(_summary(result, wall, trace) + "\n")
+    return EXIT_CODES[result.status]
+
+
+def _dry_run(
+    agent: Agent, model: str | None, limits: Limits | None, args: argparse.Namespace
+) -> int:
+    from .dryrun import worst_case
+
+    report = worst_case(agent, limits)
+    if args.json:
+        sys.stdout.write(json.dumps(report) + "\n")
+    else:
+        for key, value in report.items():
+            sys.stdout.write(f"{key}: {value}\n")
+    return 0
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from . import traceview
+
+    console = Console()
+    runs_dir = Path(args.runs_dir)
+    if args.trace_command == "list":
+        return traceview.list_command(runs_dir, console)
+    if args.trace_command == "show":
+        return traceview.show(args.run, runs_dir, console)
+    return traceview.export_command(args.run, runs_dir, args.endpoint, args.protocol, console)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="orchestrator", description=__doc__.split("\n\n")[0] if __doc__ else None
+    )
+    parser.add_argument("--version", action="version", version=f"orchestrator {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run an agent tree defined in a Python file")
+    run.add_argument("target", help="FILE.py or FILE.py:NAME (default NAME: agent)")
+    run.add_argument("prompt", help="the task for the root agent")
+    run.add_argument(
+        "--model", help="default model for agents without one (e.g. claude-sonnet-5-5, offline)"
+    )
+    run.add_argument("--max-turns", type=int, help="model turns per agent")
+    run.add_argument("--timeout", type=float, help="seconds for the whole run")
+    run.add_argument("--max-depth", type=int, help="deepest depth a subagent may have")
+    run.add_argument("--concurrency", type=int, help="model calls in flight")
+    run.add_argument("--budget-tokens", type=int, help="billed tokens for the whole tree")
+    run.add_argument("--json", action="store_true", help="print one JSON result object on stdout")
+    run.add_argument("--quiet", action="store_true", help="print only the answer")
+    run.add_argument(
+        "--dry-run", action="store_true", help="validate the tree and print its worst case"
+    )
+    run.add_argument("--runs-dir", default=str(DEFAULT_RUNS_DIR), help="where trace files go")
+    run.set_defaults(func=cmd_run)
+
+    trace = sub.add_parser("trace", help="look at saved traces")
+    tsub = trace.add_subparsers(dest="trace_command", required=True)
+    tlist = tsub.add_parser("list", help="list saved runs, newest first")
+    tshow = tsub.add_parser("show", help="draw a run's trace as a tree with a waterfall")
+    tshow.add_argument("run", nargs="?", help="run id (prefix) or trace file; default: newest")
+    texport = tsub.add_parser("export", help="send a saved trace to an OTLP endpoint")
+    texport.add_argument("run", help="run id (prefix) or trace file")
+    texport.add_argument(
+        "--endpoint", required=True, help="OTLP endpoint, e.g. http://127.0.0.1:4318"
+    )
+    texport.add_argument("--protocol", default="http/protobuf", choices=["http/protobuf", "grpc"])
+    for p in (tlist, tshow, texport):
+        p.add_argument("--runs-dir", default=str(DEFAULT_RUNS_DIR))
+    trace.set_defaults(func=cmd_trace)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``orchestrator`` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except UsageError as exc:
+        sys.stderr.write(f"orchestrator: {exc}\n")
+        return EXIT_USAGE
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,983 @@
+"""Research tools over a document corpus: ranked full-text search and sandboxed reads.
+
+A research agent needs two things from a body of text: find the passages that bear on a question
+(:meth:`Corpus.search`) and read one of them in full (:meth:`Corpus.read`). Both are backed by one
+SQLite database with an FTS5 table, because FTS5 ships inside the ``sqlite3`` of nearly every
+Python build: no server, no extra dependency, BM25 ranking and highlighted snippets built in.
+
+Two kinds of corpus:
+
+* **The default corpus** (``Corpus.open()``), which every Python installation already has: the
+  language reference topics shipped with the interpreter (``pydoc_data/topics.py``, ids like
+  ``topic:for``) and the standard library's docstrings (ids like ``stdlib:json`` and
+  ``stdlib:json#JSONDecoder``). Both are read from source with :mod:`ast`; no standard library
+  module is imported, so indexing runs no third-party or platform code.
+* **A folder** (``Corpus.open(path)``) of ``.md``/``.markdown``/``.txt``/``.rst``/``.html``/``.htm``
+  files. Ids are paths relative to the root (``guide/intro.md``), and headings split a file into
+  sections (``guide/intro.md#installation``) so a read can return just the part that matters.
+
+The index lives on disk (a cache directory unless ``index_path`` is given) and is refreshed
+incrementally whenever a corpus is opened: folder files are compared by content hash (SHA-256),
+the standard library by ``(mtime, size)`` (it changes only when Python is upgraded), so reopening
+an unchanged corpus reads no document twice. Ids given to :meth:`Corpus.read` are checked before
+any lookup: ``..``, absolute paths, NUL bytes and symlinks that lead outside the root are refused,
+and symlinks that escape the root are never indexed in the first place.
+
+One :class:`Corpus` may be used from several threads at once (the agent loop runs sync tools in
+worker threads): a single connection opened with ``check_same_thread=False`` is guarded by a lock.
+Queries take milliseconds, so serialising them costs nothing worth the complexity of a pool.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import html.parser
+import itertools
+import os
+import re
+import sqlite3
+import sys
+import sysconfig
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath, PureWindowsPath
+from types import TracebackType
+from typing import NamedTuple
+
+from .errors import OrchestratorError
+
+__all__ = ["Corpus", "CorpusError", "Document", "RefreshStats", "SearchHit"]
+
+#: File suffixes a folder corpus indexes.
+FOLDER_SUFFIXES = frozenset({".md", ".markdown", ".txt", ".rst", ".html", ".htm"})
+#: Files larger than this are skipped: they are data, not documents, and would drown the ranking.
+MAX_FILE_BYTES = 8 * 1024 * 1024
+
+_SCHEMA_VERSION = 2  # bump when the schema or the way documents are split changes: forces a rebuild
+_APPLICATION_ID = 0x4F524350  # "ORCP": marks a SQLite file as ours before we write to it
+_TITLE_WEIGHT, _BODY_WEIGHT = 8.0, 1.0
+_MAX_LIMIT = 50
+_PER_DOC = 2  # hits from one document before others get a turn
+_FTS5_PROBE = "CREATE VIRTUAL TABLE temp.fts5_probe USING fts5(x)"
+
+# fmt: off
+_STDLIB_SKIP_DIRS = frozenset({
+    "test", "tests", "idle_test", "idlelib", "tkinter", "turtledemo", "lib2to3", "ensurepip",
+    "pydoc_data", "__pycache__", "site-packages", "dist-packages",
+})
+# fmt: on
+# Private modules that hold the documentation of public APIs (decimal's docs live in _pydecimal).
+_STDLIB_PRIVATE_KEPT = frozenset({"__future__", "_pydecimal", "_pyio", "_collections_abc"})
+
+# fmt: off
+_STOPWORDS = frozenset({
+    "a", "an", "and", "are", "as", "at", "be", "but", "by", "can", "do", "does", "for", "from",
+    "has", "have", "how", "i", "if", "in", "into", "is", "it", "its", "of", "on", "or", "so",
+    "than", "that", "the", "their", "then", "there", "these", "this", "to", "was", "were", "what",
+    "when", "where", "which", "who", "why", "will", "with", "you", "your",
+})
+# fmt: on
+_ARTICLES = frozenset({"a", "an", "the"})  # too common to make a phrase worth boosting
+_WORD = re.compile(r"[^\W_]+")
+
+
+class CorpusError(OrchestratorError):
+    """A corpus cannot be opened, or a search or read cannot be answered as asked.
+
+    The message says why and what to do instead, phrased for the model reading it as a tool
+    result: an unknown id suggests searching, a refused path says which rule it broke.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    """One ranked result: enough for a reader to decide whether to :meth:`Corpus.read` it.
+
+    ``score`` is the negated BM25 rank, so higher is better; it only compares hits of one query.
+    ``snippet`` is a short excerpt of the body with the matched terms in ``**bold**``.
+    """
+
+    id: str
+    title: str
+    snippet: str
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """The text of a whole document or of one section, as :meth:`Corpus.read` returns it.
+
+    ``sections`` lists the section ids of a whole document (empty for a section), so a reader
+    can ask for just the part it needs. ``truncated`` says that ``max_chars`` cut ``text``
+    short of its ``total_chars``.
+    """
+
+    id: str
+    title: str
+    text: str
+    sections: tuple[str, ...] = ()
+    truncated: bool = False
+    total_chars: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RefreshStats:
+    """What one refresh of the index did, counted in source files.
+
+    ``added``, ``updated`` and ``removed`` files were (re-)indexed or dropped; ``unchanged`` ones
+    were skipped because their hash matched; ``skipped`` ones could not be indexed (unreadable,
+    too large, not parseable, or a symlink out of the root). ``sections`` is the number of
+    searchable rows in the index afterwards: one per document plus one per section.
+    """
+
+    added: int = 0
+    updated: int = 0
+    removed: int = 0
+    unchanged: int = 0
+    skipped: int = 0
+    sections: int = 0
+    seconds: float = 0.0
+
+    @property
+    def changed(self) -> int:
+        """Files whose index entries were written or deleted; 0 means the refresh did no work."""
+        return self.added + self.updated + self.removed
+
+
+class _Section(NamedTuple):
+    id: str
+    doc: str
+    title: str  # shown to readers: "json.JSONDecoder", "Guide › Installation"
+    heading: str  # indexed as the title: what this section itself is about ("JSONDecoder")
+    body: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Source:
+    """One file to index: its key in the ``sources`` table, its hash, and how to split it."""
+
+    key: str
+    signature: str
+    load: Callable[[], list[_Section]]
+
+
+class Corpus:
+    """A searchable, sandboxed corpus backed by an on-disk SQLite FTS5 index.
+
+    Open one with :meth:`Corpus.open`; it is refreshed on open and can be refreshed again with
+    :meth:`refresh`. Close it with :meth:`close` or use it as a context manager.
+    """
+
+    def __init__(
+        self, conn: sqlite3.Connection, *, root: Path | None, index_path: Path, stdlib: Path
+    ) -> None:
+        """Wrap an open index; use :meth:`Corpus.open`, which creates and refreshes it."""
+        self._conn = conn
+        self._lock = threading.Lock()
+        self._root = root
+        self._stdlib = stdlib
+        self.index_path = index_path
+        self.last_refresh = RefreshStats()
+
+    # -- opening ---------------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, root: Path | None = None, *, index_path: Path | None = None) -> Corpus:
+        """Open the corpus at ``root`` (None: the default Python corpus) and bring its index up to date.
+
+        The index goes to ``index_path``, or by default to
+        ``$XDG_CACHE_HOME/orchestrator/corpus-<hash of root>.sqlite`` (``~/.cache`` when the
+        variable is unset). ``last_refresh`` reports what the refresh on open did.
+
+        Raises:
+            CorpusError: the root is not a directory, this Python's SQLite lacks FTS5, or
+                ``index_path`` is not an index this module wrote.
+        """
+        _require_fts5()
+        stdlib = Path(sysconfig.get_paths()["stdlib"])
+        if root is not None:
+            root = Path(root).expanduser().resolve()
+            if not root.is_dir():
+                raise CorpusError(f"corpus root {str(root)!r} is not a directory")
+        if index_path is None:
+            index_path = _default_index_path(_root_key(root, stdlib))
+        index_path = Path(index_path).expanduser()
+        try:
+            index_path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CorpusError(
+                f"cannot create the index folder {str(index_path.parent)!r}: {exc}"
+            ) from exc
+        conn = sqlite3.connect(
+            index_path, check_same_thread=False, isolation_level=None, timeout=60
+        )
+        try:
+            _prepare_schema(conn, index_path, _root_key(root, stdlib))
+            corpus = cls(conn, root=root, index_path=index_path, stdlib=stdlib)
+            corpus.refresh()
+        except BaseException:
+            conn.close()
+            raise
+        return corpus
+
+    @property
+    def root(self) -> Path | None:
+        """The folder this corpus indexes (resolved), or None for the default Python corpus."""
+        return self._root
+
+    @property
+    def name(self) -> str:
+        """A short human description of the corpus, for tool descriptions and logs."""
+        if self._root is None:
+            version = ".".join(map(str, sys.version_info[:2]))
+            return f"Python {version} language reference and standard library docstrings"
+        return f"documents under {self._root}"
+
+    def close(self) -> None:
+        """Close the index; the corpus cannot be used afterwards."""
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> Corpus:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Corpus {self.name!r} index={str(self.index_path)!r}>"
+
+    # -- indexing --------------------------------------------------------------------------------
+
+    def refresh(self) -> RefreshStats:
+        """Re-index files whose hash changed, drop deleted ones, skip the rest; return the counts.
+
+        Everything happens in one write transaction, so a concurrent reader (or another process
+        sharing the index) sees either the old index or the new one, never half of each.
+        """
+        with self._lock:
+            started = time.perf_counter()
+            conn = self._conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                stats = self._refresh_locked(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            if stats.changed >= 50:  # after a big rebuild, merge FTS segments for faster queries
+                conn.execute("INSERT INTO fts(fts) VALUES ('optimize')")
+            sections = conn.execute("SELECT count(*) FROM sections").fetchone()[0]
+            stats = RefreshStats(
+                stats.added,
+                stats.updated,
+                stats.removed,
+                stats.unchanged,
+                stats.skipped,
+                sections,
+                round(time.perf_counter() - started, 4),
+            )
+            self.last_refresh = stats
+            return stats
+
+    def _refresh_locked(self, conn: sqlite3.Connection) -> RefreshStats:
+        stored: dict[str, str] = dict(conn.execute("SELECT key, signature FROM sources"))
+        next_n: int = (conn.execute("SELECT max(n) FROM sections").fetchone()[0] or 0) + 1
+        added = updated = unchanged = skipped = 0
+        seen: set[str] = set()
+        stale: list[tuple[str]] = []
+        upserts: list[tuple[str, str]] = []
+        section_rows: list[tuple[int, str, str, str, str]] = []
+        fts_rows: list[tuple[int, str, str]] = []
+        new_ids: set[str] = set()
+        for source in self._sources():
+            if source is None:  # a file that cannot be indexed
+                skipped += 1
+                continue
+            seen.add(source.key)
+            old = stored.get(source.key)
+            if old == source.signature:
+                unchanged += 1
+                continue
+            if old is not None:
+                stale.append((source.key,))
+            try:
+                sections = source.load()
+            except (SyntaxError, ValueError, UnicodeError, OSError, RecursionError, MemoryError):
+                sections = []  # recorded with its hash so it is not re-parsed on every open
+                skipped += 1
+            else:
+                if old is None:
+                    added += 1
+                else:
+                    updated += 1
+            upserts.append((source.key, source.signature))
+            for section in sections:
+                if section.id in new_ids:
+                    continue
+                new_ids.add(section.id)
+                section_rows.append((next_n, section.id, section.doc, source.key, section.title))
+                fts_rows.append((next_n, section.heading, section.body))
+                next_n += 1
+        removed = [(key,) for key in stored.keys() - seen]
+        stale += removed
+        conn.executemany(
+            "DELETE FROM fts WHERE rowid IN (SELECT n FROM sections WHERE source = ?)", stale
+        )
+        conn.executemany("DELETE FROM sections WHERE source = ?", stale)
+        conn.executemany("DELETE FROM sources WHERE key = ?", removed)
+        conn.executemany(
+            "INSERT INTO sections(n, id, doc, source, title) VALUES (?,?,?,?,?)", section_rows
+        )
+        conn.executemany("INSERT INTO fts(rowid, title, body) VALUES (?,?,?)", fts_rows)
+        conn.executemany("INSERT OR REPLACE INTO sources(key, signature) VALUES (?,?)", upserts)
+        return RefreshStats(added, updated, len(removed), unchanged, skipped)
+
+    def _sources(self) -> Iterator[_Source | None]:
+        if self._root is None:
+            yield from _topic_sources(self._stdlib)
+            yield from _stdlib_sources(self._stdlib)
+        else:
+            yield from _folder_sources(self._root)
+
+    # -- searching and reading -------------------------------------------------------------------
+
+    def search(self, query: str, limit: int = 5) -> list[SearchHit]:
+        """Return up to ``limit`` sections ranked by BM25 relevance to the free-text ``query``.
+
+        The query is turned into a safe FTS5 expression (each word quoted, words ORed, common
+        English stopwords dropped unless nothing else is left), so punctuation or FTS5 syntax
+        in the query can never cause an error; a query without any word returns no hits.
+        Titles weigh more than bodies, words match by stem ("decoding" finds "decode"), and no
+        document takes more than two of the places while others match too.
+        """
+        if not isinstance(limit, int) or limit < 1:
+            raise CorpusError(f"limit must be a positive integer, got {limit!r}")
+        expression = _fts_query(query)
+        if expression is None:
+            return []
+        # Rank inside FTS5 (its ORDER BY rank path computes snippets only for the rows kept),
+        # then join the ids; fetch extra rows so one long document cannot fill every slot.
+        sql = (
+            "SELECT s.id, s.doc, s.title, f.snip, f.rank FROM ("
+            "  SELECT rowid, snippet(fts, 1, '**', '**', ' … ', 24) AS snip, rank FROM fts"
+            "  WHERE fts MATCH ? AND rank MATCH ? ORDER BY rank LIMIT ?"
+            ") AS f JOIN sections AS s ON s.n = f.rowid ORDER BY f.rank"
+        )
+        rank = f"bm25({_TITLE_WEIGHT}, {_BODY_WEIGHT})"
+        limit = min(limit, _MAX_LIMIT)
+        with self._lock:
+            rows = self._conn.execute(sql, (expression, rank, limit * 4 + 10)).fetchall()
+        kept: list[tuple[str, str, str, float]] = []
+        spare: list[tuple[str, str, str, float]] = []
+        per_doc: dict[str, int] = {}
+        for hit_id, doc, title, snip, score in rows:
+            seen = per_doc.get(doc, 0)
+            per_doc[doc] = seen + 1
+            (kept if seen < _PER_DOC else spare).append((hit_id, title, snip, score))
+        chosen = sorted(kept[:limit] + spare[: max(0, limit - len(kept))], key=lambda r: r[3])
+        return [
+            SearchHit(id=hit_id, title=title, snippet=_one_line(snip), score=round(-score, 4))
+            for hit_id, title, snip, score in chosen
+        ]
+
+    def read(self, doc_id: str, *, max_chars: int | None = None) -> Document:
+        """Return a whole document (``guide/intro.md``) or one section (``guide/intro.md#setup``).
+
+        ``max_chars`` caps the returned text (``truncated`` then says so). Ids come from
+        :meth:`search`. For a folder corpus the id is a path relative to the root and is checked
+        before any lookup, so it can never name a file outside the root.
+
+        Raises:
+            CorpusError: the id is refused by the sandbox, or names nothing in the corpus.
+        """
+        if max_chars is not None and (not isinstance(max_chars, int) or max_chars < 1):
+            raise CorpusError(f"max_chars must be a positive integer, got {max_chars!r}")
+        doc_id = self._check_id(doc_id)
+        with self._lock:
+            found = self._conn.execute(
+                "SELECT doc FROM sections WHERE id = ?", (doc_id,)
+            ).fetchone()
+            if found is None:
+                raise CorpusError(self._unknown_id_message(doc_id))
+            if found[0] == doc_id:
+                rows = self._conn.execute(
+                    "SELECT s.id, s.title, fts.body FROM sections AS s JOIN fts ON fts.rowid = s.n "
+                    "WHERE s.doc = ? ORDER BY s.n",
+                    (doc_id,),
+                ).fetchall()
+            else:
+                rows = self._conn.execute(
+                    "SELECT s.id, s.title, fts.body FROM sections AS s JOIN fts ON fts.rowid = s.n "
+                    "WHERE s.id = ?",
+                    (doc_id,),
+                ).fetchall()
+        title = rows[0][1]
+        text = "\n\n".join(row[2] for row in rows if row[2])
+        sections = tuple(row[0] for row in rows[1:])
+        total = len(text)
+        truncated = max_chars is not None and total > max_chars
+        if truncated:
+            text = text[:max_chars]
+        return Document(doc_id, title, text, sections, truncated, total)
+
+    def _check_id(self, doc_id: str) -> str:
+        """Refuse ids that could name something outside the corpus; return the normalized id."""
+        if not isinstance(doc_id, str) or not doc_id.strip():
+            raise CorpusError("empty document id: use search to find ids")
+        if "\x00" in doc_id:
+            raise CorpusError("refused: the document id contains a NUL byte")
+        doc_id = doc_id.strip()
+        if self._root is None:
+            return doc_id  # ids of the default corpus are names, never paths
+        path, sep, section = doc_id.partition("#")
+        windows = PureWindowsPath(path)
+        if path.startswith(("/", "\\")) or PurePosixPath(path).is_absolute() or windows.drive:
+            raise CorpusError(
+                f"refused {doc_id!r}: absolute paths are not allowed; ids are paths relative to "
+                "the corpus root, as search returns them"
+            )
+        parts = re.split(r"[\\/]", path)
+        if ".." in parts:
+            raise CorpusError(f"refused {doc_id!r}: '..' would leave the corpus root")
+        parts = [part for part in parts if part not in ("", ".")]
+        if not parts:
+            raise CorpusError(f"no document id in {doc_id!r}: use search to find ids")
+        root = self._root
+        try:
+            resolved = root.joinpath(*parts).resolve()
+        except (OSError, RuntimeError) as exc:  # symlink loops
+            raise CorpusError(f"refused {doc_id!r}: the path cannot be resolved ({exc})") from exc
+        if not resolved.is_relative_to(root):
+            raise CorpusError(
+                f"refused {doc_id!r}: it resolves outside the corpus root through a symlink"
+            )
+        return "/".join(parts) + sep + section
+
+    def _unknown_id_message(self, doc_id: str) -> str:
+        doc, sep, section = doc_id.partition("#")
+        if sep:
+            names = [
+                row[0]
+                for row in self._conn.execute(
+                    "SELECT id FROM sections WHERE doc = ? AND id != doc ORDER BY n LIMIT 30",
+                    (doc,),
+                )
+            ]
+            if (
+                names
+                or self._conn.execute("SELECT 1 FROM sections WHERE id = ?", (doc,)).fetchone()
+            ):
+                listed = ", ".join(names) if names else "none (read the whole document)"
+                return f"document {doc!r} has no section {section!r}; its sections: {listed}"
+        if self._root is None:
+            for prefix in ("stdlib:", "topic:"):
+                if self._conn.execute(
+                    "SELECT 1 FROM sections WHERE id = ?", (prefix + doc_id,)
+                ).fetchone():
+                    return f"no document {doc_id!r}; did you mean {prefix + doc_id!r}?"
+            example = "ids look like 'topic:for', 'stdlib:json' or 'stdlib:json#JSONDecoder'"
+        else:
+            on_disk = self._root / doc
+            if on_disk.is_file() and on_disk.suffix.lower() not in FOLDER_SUFFIXES:
+                kinds = ", ".join(sorted(FOLDER_SUFFIXES))
+                return f"{doc!r} is not part of the corpus: only {kinds} files are indexed"
+            if on_disk.is_file():
+                return (
+                    f"{doc!r} is not indexed yet (it is newer than the index): refresh the corpus"
+                )
+            example = "ids are paths relative to the corpus root, like 'guide/intro.md#setup'"
+        return f"no document {doc_id!r} in this corpus: use search to find ids ({example})"
+
+
+# -- the index file ------------------------------------------------------------------------------
+
+
+def _require_fts5() -> None:
+    probe = sqlite3.connect(":memory:")
+    try:
+        probe.execute(_FTS5_PROBE)
+    except sqlite3.OperationalError as exc:
+        raise CorpusError(
+            f"this Python's SQLite ({sqlite3.sqlite_version}) was built without the FTS5 "
+            f"full-text extension ({exc}), which corpus search needs; use a Python whose sqlite3 "
+            "includes FTS5 (python.org, pyenv, Homebrew and most Linux distributions' builds do)"
+        ) from exc
+    finally:
+        probe.close()
+
+
+def _root_key(root: Path | None, stdlib: Path) -> str:
+    if root is None:
+        return f"python-docs:{sys.implementation.cache_tag}:{sys.version}:{stdlib}"
+    return f"folder:{root}"
+
+
+def _default_index_path(key: str) -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return Path(base) / "orchestrator" / f"corpus-{digest}.sqlite"
+
+
+def _prepare_schema(conn: sqlite3.Connection, path: Path, key: str) -> None:
+    """Create the tables, or rebuild them when the schema or root changed; refuse foreign files."""
+    try:
+        conn.execute("BEGIN")  # one snapshot: another process may be creating the index right now
+        try:
+            current = _stored_key(conn, path) == key
+        finally:
+            conn.execute("COMMIT")
+    except sqlite3.DatabaseError as exc:
+        raise CorpusError(
+            f"{str(path)!r} is not a readable corpus index ({exc}); delete it to rebuild"
+        ) from exc
+    if current:
+        return
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if _stored_key(conn, path) == key:  # another process built it while we waited
+            conn.execute("COMMIT")
+            return
+        for table in ("fts", "sections", "sources", "meta"):
+            conn.execute(f"DROP TABLE IF EXISTS {table}")
+        conn.execute("CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        conn.execute("CREATE TABLE sources(key TEXT PRIMARY KEY, signature TEXT NOT NULL)")
+        conn.execute(
+            "CREATE TABLE sections(n INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, "
+            "doc TEXT NOT NULL, source TEXT NOT NULL, title TEXT NOT NULL)"
+        )
+        conn.execute("CREATE INDEX sections_doc ON sections(doc)")
+        conn.execute("CREATE INDEX sections_source ON sections(source)")
+        conn.execute(
+            "CREATE VIRTUAL TABLE fts USING fts5(title, body, "
+            "tokenize = 'porter unicode61 remove_diacritics 2')"
+        )
+        conn.execute("INSERT INTO meta(key, value) VALUES ('root', ?)", (key,))
+        conn.execute(f"PRAGMA application_id = {_APPLICATION_ID}")
+        conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _stored_key(conn: sqlite3.Connection, path: Path) -> str | None:
+    """The root key of a current-schema index, or None when it must be (re)built.
+
+    Raises CorpusError for a database that has tables but was not written by this module, so a
+    mistyped ``index_path`` never destroys someone else's data.
+    """
+    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+    tables = conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0]
+    if tables and app_id != _APPLICATION_ID:
+        raise CorpusError(
+            f"{str(path)!r} is a SQLite database this module did not write; "
+            "choose another index_path"
+        )
+    if not tables or conn.execute("PRAGMA user_version").fetchone()[0] != _SCHEMA_VERSION:
+        return None
+    row = conn.execute("SELECT value FROM meta WHERE key = 'root'").fetchone()
+    return str(row[0]) if row else None
+
+
+def _fts_query(text: str) -> str | None:
+    """Turn free text into an FTS5 expression that cannot be a syntax error.
+
+    Every word becomes a quoted term and the terms are ORed, so BM25 ranks by how many (and how
+    rare) of them a section holds. Stopwords are dropped unless nothing else is left, and each
+    pair of adjacent words becomes a quoted phrase as well: phrases are rare, so a section that
+    says "with statement" outranks one that merely contains both words.
+    """
+    words = [word.lower() for word in _WORD.findall(text)][:64]
+    if not words:
+        return None
+    terms = [word for word in words if word not in _STOPWORDS] or words
+    pairs = [
+        f"{a} {b}"
+        for a, b in itertools.pairwise(words)
+        if a != b and not (a in _STOPWORDS and b in _STOPWORDS) and not {a, b} & _ARTICLES
+    ]
+    unique = list(dict.fromkeys(terms))[:24] + list(dict.fromkeys(pairs))[:12]
+    return " OR ".join(f'"{term}"' for term in unique)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+# -- the default corpus: reference topics and standard library docstrings ----------------------
+
+
+def _stat_signature(path: Path) -> str | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return f"{st.st_mtime_ns}:{st.st_size}"
+
+
+def _topic_sources(stdlib: Path) -> Iterator[_Source | None]:
+    path = stdlib / "pydoc_data" / "topics.py"
+    signature = _stat_signature(path)
+    if signature is not None:
+        yield _Source("topics:pydoc_data/topics.py", signature, lambda: _topic_sections(path))
+
+
+def _topic_sections(path: Path) -> list[_Section]:
+    tree = ast.parse(path.read_bytes())
+    topics: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "topics" for t in node.targets
+        ):
+            value = ast.literal_eval(node.value)
+            if isinstance(value, dict):
+                topics = {str(k): str(v) for k, v in value.items()}
+    sections: list[_Section] = []
+    for key in sorted(topics):
+        sections += _document_sections(f"topic:{key}", key, _split_underlined(topics[key]))
+    return sections
+
+
+def _stdlib_sources(stdlib: Path) -> Iterator[_Source | None]:
+    for module, path in _stdlib_modules(stdlib):
+        signature = _stat_signature(path)
+        if signature is None:
+            yield None
+            continue
+        yield _Source(f"stdlib:{module}", signature, _loader(_stdlib_sections, module, path))
+
+
+def _loader(
+    split: Callable[[str, bytes], list[_Section]], name: str, path: Path
+) -> Callable[[], list[_Section]]:
+    return lambda: split(name, path.read_bytes())
+
+
+def _stdlib_modules(stdlib: Path) -> Iterator[tuple[str, Path]]:
+    """Yield (dotted module name, file) for the documented modules of the standard library."""
+    seen: set[str] = set()
+    for dirpath, dirnames, filenames in os.walk(stdlib):
+        here = Path(dirpath)
+        package = here.relative_to(stdlib).parts
+        dirnames[:] = sorted(
+            name
+            for name in dirnames
+            if name.isidentifier()
+            and name not in _STDLIB_SKIP_DIRS
+            and (here / name / "__init__.py").is_file()
+        )
+        for filename in sorted(filenames):
+            stem, _, suffix = filename.partition(".")
+            if suffix != "py" or not stem.isidentifier() or stem == "__main__":
+                continue
+            parts = package if stem == "__init__" else (*package, stem)
+            if not parts or any(p.startswith("_") and p not in _STDLIB_PRIVATE_KEPT for p in parts):
+                continue
+            module = ".".join(parts)
+            if module not in seen:  # a module and a package of one name: the first wins
+                seen.add(module)
+                yield module, here / filename
+
+
+def _stdlib_sections(module: str, source: bytes) -> list[_Section]:
+    with warnings.catch_warnings():  # old escapes in docstrings warn; they are not our concern
+        warnings.simplefilter("ignore")
+        tree = ast.parse(source)
+    doc_id = f"stdlib:{module}"
+    module_doc = ast.get_docstring(tree) or ""
+    sections = [
+        _Section(doc_id, doc_id, module, module, f"Module {module}\n\n{module_doc}".strip())
+    ]
+    seen: set[str] = set()
+    for node in _top_level_definitions(tree.body):
+        if node.name.startswith("_") or node.name in seen:
+            continue
+        text = _describe(node)
+        if text is not None:
+            seen.add(node.name)
+            section_id, title = f"{doc_id}#{node.name}", f"{module}.{node.name}"
+            sections.append(_Section(section_id, doc_id, title, node.name, text))
+    if not module_doc and len(sections) == 1:
+        return []  # nothing documented: not worth a search result
+    return sections
+
+
+_Definition = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+
+
+def _top_level_definitions(body: Sequence[ast.stmt]) -> Iterator[_Definition]:
+    """Definitions at module level, including those under ``if``/``try`` (platform variants)."""
+    for node in body:
+        if isinstance(node, _Definition):
+            yield node
+        elif isinstance(node, ast.If):
+            yield from _top_level_definitions(node.body)
+            yield from _top_level_definitions(node.orelse)
+        elif isinstance(node, ast.Try):
+            for block in (node.body, node.orelse, node.finalbody):
+                yield from _top_level_definitions(block)
+            for handler in node.handlers:
+                yield from _top_level_definitions(handler.body)
+
+
+def _describe(node: _Definition) -> str | None:
+    """Signature and docstring of a function, or of a class and its documented methods."""
+    doc = ast.get_docstring(node) or ""
+    if not isinstance(node, ast.ClassDef):
+        return f"{node.name}({ast.unparse(node.args)})\n\n{doc}" if doc else None
+    bases = ", ".join(ast.unparse(b) for b in (*node.bases, *node.keywords))
+    parts = [f"class {node.name}({bases})\n\n{doc}".strip()]
+    for item in node.body:
+        if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
+            private = item.name.startswith("_") and not item.name.endswith("__")
+            method_doc = ast.get_docstring(item)
+            if method_doc and not private:
+                parts.append(f"{node.name}.{item.name}({ast.unparse(item.args)})\n{method_doc}")
+    return "\n\n".join(parts) if doc or len(parts) > 1 else None
+
+
+# -- folder corpora ------------------------------------------------------------------------------
+
+
+def _folder_sources(root: Path) -> Iterator[_Source | None]:
+    for dirpath, dirnames, filenames in os.walk(root):  # directory symlinks are not followed
+        here = Path(dirpath)
+        dirnames[:] = sorted(
+            name for name in dirnames if not name.startswith(".") and name != "node_modules"
+        )
+        for filename in sorted(filenames):
+            path = here / filename
+            if path.suffix.lower() not in FOLDER_SUFFIXES or filename.startswith("."):
+                continue
+            rel = path.relative_to(root).as_posix()
+            if "#" in rel or "\\" in rel:
+                yield None  # such a name could not be told apart from a section id
+                continue
+            try:
+                if not path.resolve().is_relative_to(root) or not path.is_file():
+                    yield None  # a symlink out of the root is never indexed
+                    continue
+                if path.stat().st_size > MAX_FILE_BYTES:
+                    yield None
+                    continue
+                data = path.read_bytes()
+            except (OSError, RuntimeError):
+                yield None
+                continue
+            digest = hashlib.sha256(data).hexdigest()
+            yield _Source(rel, digest, _folder_loader(rel, path.suffix.lower(), data))
+
+
+def _folder_loader(rel: str, suffix: str, data: bytes) -> Callable[[], list[_Section]]:
+    def load() -> list[_Section]:
+        text = data.decode("utf-8", errors="replace").replace("\r\n", "\n").lstrip("\ufeff")
+        fallback = PurePosixPath(rel).name
+        if suffix in (".md", ".markdown"):
+            return _document_sections(rel, fallback, _split_markdown(text))
+        if suffix == ".rst":
+            return _document_sections(rel, fallback, _split_underlined(text))
+        if suffix in (".html", ".htm"):
+            parser = _HtmlText()
+            parser.feed(text)
+            parser.close()
+            return _document_sections(rel, fallback, parser.chunks(), title=parser.title)
+        return _document_sections(rel, fallback, [(None, text)])
+
+    return load
+
+
+_Chunk = tuple[str | None, str]  # (heading, text including the heading); the first has no heading
+
+
+def _document_sections(
+    doc_id: str, fallback_title: str, chunks: list[_Chunk], *, title: str = ""
+) -> list[_Section]:
+    """Turn heading-split chunks into one root row (the doc's id) and one row per section.
+
+    When nothing precedes the first heading, that heading is the document's title and its text
+    the root row; otherwise the text before it is.
+    """
+    _, preamble = chunks[0]
+    rest = chunks[1:]
+    if not preamble.strip() and rest:
+        heading, root_text = rest[0]
+        doc_title = title or heading or fallback_title
+        rest = rest[1:]
+    else:
+        doc_title, root_text = title or fallback_title, preamble
+    sections = [_Section(doc_id, doc_id, doc_title, doc_title, root_text.strip())]
+    used: set[str] = set()
+    for heading, text in rest:
+        base = _slug(heading or "") or "section"
+        slug, n = base, 1
+        while slug in used:
+            n += 1
+            slug = f"{base}-{n}"
+        used.add(slug)
+        title = f"{doc_title} › {heading}"
+        sections.append(_Section(f"{doc_id}#{slug}", doc_id, title, heading or "", text.strip()))
+    return sections
+
+
+def _slug(heading: str) -> str:
+    return re.sub(r"[^\w]+", "-", heading.lower()).strip("-")
+
+
+_ATX = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_SETEXT = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
+_RST_UNDERLINE = re.compile(r"^([!-/:-@\[-`{-~])\1+[ \t]*$")
+
+
+def _clean_heading(text: str) -> str:
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)  # [label](url) -> label
+    return " ".join(text.replace("`", "").replace("**", "").split())
+
+
+def _split_markdown(text: str) -> list[_Chunk]:
+    """Split at ATX (``# x``) and setext (``x`` over ``===``) headings, outside code fences."""
+    lines = text.split("\n")
+    chunks: list[tuple[str | None, list[str]]] = [(None, [])]
+    start = 0
+    if lines and lines[0].strip() == "---":  # YAML front matter stays in the preamble
+        end = next((i for i in range(1, len(lines)) if lines[i].strip() in ("---", "...")), 0)
+        chunks[0][1].extend(lines[: end + 1])
+        start = end + 1
+    fence = ""
+    for i in range(start, len(lines)):
+        line = lines[i]
+        body = chunks[-1][1]
+        opener = _FENCE.match(line)
+        if fence:
+            if opener and opener.group(1)[0] == fence[0] and len(opener.group(1)) >= len(fence):
+                fence = ""
+        elif opener:
+            fence = opener.group(1)
+        elif atx := _ATX.match(line):
+            chunks.append((_clean_heading(atx.group(2)), [line]))
+            continue
+        elif (
+            _SETEXT.match(line)
+            and body
+            and body[-1].strip()
+            and (len(body) == 1 or not body[-2].strip())
+            and not _ATX.match(body[-1])
+        ):
+            heading = body.pop()
+            chunks.append((_clean_heading(heading), [heading, line]))
+            continue
+        body.append(line)
+    return [(heading, "\n".join(body)) for heading, body in chunks]
+
+
+def _split_underlined(text: str) -> list[_Chunk]:
+    """Split reStructuredText at section titles: a line underlined (optionally overlined) with
+    one repeated punctuation character at least as long as the title."""
+    lines = text.split("\n")
+    chunks: list[tuple[str | None, list[str]]] = [(None, [])]
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        body = chunks[-1][1]
+        title = line.strip()
+        nxt = lines[i + 1] if i + 1 < len(lines) else ""
+        underline = _RST_UNDERLINE.match(nxt)
+        if (
+            title
+            and not line[0].isspace()
+            and not _RST_UNDERLINE.match(line)
+            and underline
+            and len(nxt.rstrip()) >= len(title)
+        ):
+            overline = body and body[-1].rstrip() == nxt.rstrip()
+            if overline:
+                body.pop()
+            previous = body[-1] if body else ""
+            if not previous.strip():
+                head = [nxt, line, nxt] if overline else [line, nxt]
+                chunks.append((title, head))
+                i += 2
+                continue
+            if overline:
+                body.append(nxt)
+        body.append(line)
+        i += 1
+    return [(heading, "\n".join(body)) for heading, body in chunks]
+
+
+class _HtmlText(html.parser.HTMLParser):
+    """HTML to plain text, split at ``<h1>``-``<h6>``; scripts and styles are dropped."""
+
+    _SKIP = frozenset({"script", "style", "noscript", "template", "svg"})
+    _HEADINGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
+    # fmt: off
+    _BLOCK = frozenset({
+        "p", "div", "br", "li", "tr", "pre", "section", "article", "header", "footer", "nav",
+        "ul", "ol", "table", "blockquote", "dt", "dd", "hr", "main", "aside", "figure", "td",
+        "th", "dl", "form", "address", "details", "summary", "caption",
+    })
+    # fmt: on
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.title = ""
+        self._chunks: list[tuple[str | None, list[str]]] = [(None, [])]
+        self._skip = 0
+        self._in_title = False
+        self._heading: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "title":
+            self._in_title = True
+        elif tag in self._SKIP:
+            self._skip += 1
+        elif tag in self._HEADINGS:
+            self._heading = []
+        elif tag in self._BLOCK:
+            self._chunks[-1][1].append("\n")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "title":
+            self._in_title = False
+        elif tag in self._SKIP:
+            self._skip = max(0, self._skip - 1)
+        elif tag in self._HEADINGS and self._heading is not None:
+            heading = " ".join("".join(self._heading).split())
+            self._heading = None
+            if heading:
+                self._chunks.append((heading, [heading, "\n\n"]))
+        elif tag in self._BLOCK:
+            self._chunks[-1][1].append("\n")
+
+    def handle_data(self, data: str) -> None:
+        if self._in_title:
+            self.title = " ".join((self.title + " " + data).split())
+        elif self._skip:
+            return
+        elif self._heading is not None:
+            self._heading.append(data)
+        else:
+            self._chunks[-1][1].append(data)
+
+    def chunks(self) -> list[_Chunk]:
+        """The text of each heading's part, whitespace tidied line by line."""
+        if self._heading:  # an unclosed heading at the end of the file: keep its text
+            self._chunks[-1][1].extend(self._heading)
+            self._heading = None
+        out: list[_Chunk] = []
+        for heading, parts in self._chunks:
+            lines = (" ".join(line.split()) for line in "".join(parts).split("\n"))
+            text = re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
+            out.append((heading, text))
+        return out

@@ -1,0 +1,765 @@
+"""Exporter setup for the orchestrator's OpenTelemetry traces.
+
+:func:`run <orchestrator.run>` only ever *uses* a tracer provider (the one passed to it or the
+global one); this module is where one gets *configured*, once, by the CLI or by a program that
+wants traces. It follows the standard ``OTEL_*`` variables so that pointing the orchestrator at
+Jaeger, a collector or Phoenix needs no code:
+
+========================================  ====================================================
+``OTEL_SERVICE_NAME``                     ``service.name`` (default ``orchestrator``)
+``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``    full traces URL, used as given (wins over the next)
+``OTEL_EXPORTER_OTLP_ENDPOINT``           base URL; ``/v1/traces`` is appended for HTTP
+``OTEL_EXPORTER_OTLP[_TRACES]_PROTOCOL``  ``http/protobuf`` (default) or ``grpc``
+``OTEL_TRACES_EXPORTER``                  ``otlp``, ``console``, ``none`` (comma-separated)
+========================================  ====================================================
+
+With no endpoint and no ``OTEL_TRACES_EXPORTER``, nothing leaves the machine: when the caller
+names a runs folder or a file, spans are written there as OTLP/JSON lines, the OpenTelemetry
+Collector file-exporter format, which :mod:`orchestrator.traceview` draws and can send to a
+collector later.
+
+Two measured hazards shape the export path (see ``notes/stack-facts.md``):
+
+* A dead collector blocked ``TracerProvider.shutdown()`` for 6.5 s (HTTP) and 7.4 s (gRPC) with
+  the default timeouts, and ``BatchSpanProcessor.force_flush`` ignores its timeout. So every
+  blocking call here runs in a daemon thread joined with a deadline, exporters get a short
+  request timeout, and once a shutdown's deadline passes the remaining batches fail fast
+  instead of each waiting out its own retries.
+* A 1,000-child run makes more than 10,000 spans, five times the SDK's default queue of 2,048.
+  The queue here holds 65,536 spans, and what still gets dropped is counted
+  (:attr:`TracingSetup.dropped_spans`) instead of vanishing with one log line.
+
+The heavy exporter modules (gRPC, protobuf, requests) are imported only when an exporter that
+needs them is built, so importing this module stays cheap for programs that never trace.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import copy
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, Literal, cast
+from urllib.parse import urlsplit
+
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    ConsoleSpanExporter,
+    SpanExporter,
+    SpanExportResult,
+)
+
+from .errors import ConfigurationError
+from .redact import redact
+
+if TYPE_CHECKING:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+    from opentelemetry.sdk.resources import Resource
+
+__all__ = [
+    "CONTENT_CAPTURE_ENV",
+    "DEFAULT_SERVICE_NAME",
+    "OtlpJsonLinesExporter",
+    "Protocol",
+    "TracingSetup",
+    "configure_tracing",
+    "content_capture_enabled",
+    "content_for_span",
+    "decode_otlp_json",
+    "encode_otlp_json",
+    "flush_tracer_provider",
+    "resolve_otlp_endpoint",
+    "resolve_protocol",
+]
+
+_logger = logging.getLogger(__name__)
+
+Protocol = Literal["grpc", "http/protobuf"]
+
+DEFAULT_SERVICE_NAME: Final = "orchestrator"
+CONTENT_CAPTURE_ENV: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+_CONTENT_ON: Final = frozenset({"true", "1", "yes", "on", "span_only", "span_and_event"})
+_PROTOCOLS: Final[tuple[Protocol, ...]] = ("http/protobuf", "grpc")
+_DEFAULT_HTTP_ENDPOINT: Final = "http://localhost:4318"
+_DEFAULT_GRPC_ENDPOINT: Final = "http://localhost:4317"
+_TRACES_PATH: Final = "/v1/traces"
+# The SDK's default batch is 512 spans; a 1-second schedule (SDK default: 5 s) makes a live
+# Jaeger view fill in while a run is still going, at the price of smaller early batches.
+_MAX_EXPORT_BATCH: Final = 512
+_SCHEDULE_DELAY_MS: Final = 1000
+# Ids that OTLP/JSON writes as hex where protobuf's JSON mapping would write base64.
+_HEX_ID_FIELDS: Final = ("traceId", "spanId", "parentSpanId")
+
+
+# --------------------------------------------------------------------------------------------
+# Message content: off unless the user opts in, and never with secrets in it.
+
+
+def content_capture_enabled() -> bool:
+    """Whether message content (prompts, answers, tool arguments) may be put on spans.
+
+    Read from the standard GenAI variable ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``
+    on every call (it is one dictionary lookup), so tests and long-lived programs can flip it.
+    ``true``, ``SPAN_ONLY`` and ``SPAN_AND_EVENT`` turn it on; anything else, including
+    ``EVENT_ONLY`` (this library records no GenAI events) and an unset variable, leaves it off.
+    Off is the default because traces travel to shared backends and content is where users'
+    data and leaked credentials live.
+    """
+    return os.environ.get(CONTENT_CAPTURE_ENV, "").strip().lower() in _CONTENT_ON
+
+
+def content_for_span(value: object, *, max_chars: int = 16_384) -> str:
+    """``value`` as a string fit for a span attribute: JSON, secrets redacted, length-capped.
+
+    Strings pass through as they are; anything else is dumped as compact JSON (``str()`` for
+    what JSON cannot hold) so the GenAI "parts" structures stay machine-readable. Redaction
+    runs before truncation, so a secret cut in half by the cap cannot slip past the pattern
+    match. Backends reject or silently cut huge attributes; the cap keeps a single pasted
+    document from doing that to the whole span.
+    """
+    if isinstance(value, str):
+        text = value
+    else:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    text = redact(text)
+    if len(text) > max_chars:
+        cut = len(text) - max_chars
+        text = f"{text[:max_chars]}…[{cut} chars truncated]"
+    return text
+
+
+# --------------------------------------------------------------------------------------------
+# Endpoint and protocol resolution (shared with ``orchestrator trace export``).
+
+
+def resolve_protocol(protocol: str | None = None) -> Protocol:
+    """The OTLP protocol: the argument, else the traces-specific variable, else the general one.
+
+    Raises :class:`~orchestrator.errors.ConfigurationError` for anything but ``grpc`` and
+    ``http/protobuf``: the Python exporters cannot send ``http/json``, and silently sending
+    something else to a collector that expects it would lose the whole trace.
+    """
+    raw = (
+        (
+            protocol
+            or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+            or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+            or "http/protobuf"
+        )
+        .strip()
+        .lower()
+    )
+    for known in _PROTOCOLS:
+        if raw == known:
+            return known
+    raise ConfigurationError(f"unsupported OTLP protocol {raw!r}: use 'http/protobuf' or 'grpc'")
+
+
+def _traces_url(base: str, *, always_append: bool) -> str:
+    """An OTLP/HTTP traces URL from a base URL.
+
+    The spec says ``OTEL_EXPORTER_OTLP_ENDPOINT`` always gets ``/v1/traces`` appended; for an
+    explicit endpoint (``--endpoint``) we append it only when the URL has no path, so both
+    ``http://host:4318`` and ``http://host:4318/v1/traces`` do what the user meant.
+    """
+    if "://" not in base:
+        base = "http://" + base
+    path = urlsplit(base).path
+    if always_append or path in ("", "/"):
+        return base.rstrip("/") + _TRACES_PATH
+    return base
+
+
+def resolve_otlp_endpoint(endpoint: str | None = None, protocol: str | None = None) -> str | None:
+    """Where OTLP traces go, or ``None`` when nothing names an endpoint.
+
+    Precedence: the argument, then ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (used exactly as
+    given, per the spec), then ``OTEL_EXPORTER_OTLP_ENDPOINT`` (a base URL). For HTTP the result
+    is the full ``.../v1/traces`` URL; for gRPC it is the URL as given (the exporter keeps only
+    host and port, and takes ``http://`` to mean plaintext).
+    """
+    proto = resolve_protocol(protocol)
+    http = proto == "http/protobuf"
+    if endpoint:
+        return _traces_url(endpoint, always_append=False) if http else endpoint
+    if traces := os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip():
+        return traces
+    if base := os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip():
+        return _traces_url(base, always_append=True) if http else base
+    return None
+
+
+def _selected_exporters() -> tuple[set[str], bool]:
+    """``OTEL_TRACES_EXPORTER`` as a set of names, and whether the variable was set at all."""
+    raw = os.environ.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    if not raw:
+        return set(), False
+    names = {part.strip() for part in raw.split(",") if part.strip()}
+    unknown = names - {"otlp", "console", "none"}
+    if unknown:
+        _logger.warning(
+            "OTEL_TRACES_EXPORTER: ignoring unsupported exporter(s) %s", ", ".join(sorted(unknown))
+        )
+    return names - unknown, True
+
+
+# --------------------------------------------------------------------------------------------
+# OTLP/JSON, the Collector file-exporter format.
+
+
+def _walk_ids(doc: dict[str, Any], convert: Callable[[str], str]) -> None:
+    """Apply ``convert`` to every trace/span id in an OTLP JSON document, in place.
+
+    OTLP/JSON departs from protobuf's canonical JSON mapping in exactly this: trace and span
+    ids are lowercase hex, not base64 (every other bytes field stays base64).
+    """
+    for resource_spans in doc.get("resourceSpans", ()):
+        for scope_spans in resource_spans.get("scopeSpans", ()):
+            for span in scope_spans.get("spans", ()):
+                for holder in (span, *span.get("links", ())):
+                    for field in _HEX_ID_FIELDS:
+                        value = holder.get(field)
+                        if value:
+                            holder[field] = convert(value)
+
+
+def _b64_to_hex(value: str) -> str:
+    return base64.b64decode(value).hex()
+
+
+def _hex_to_b64(value: str) -> str:
+    return base64.b64encode(bytes.fromhex(value)).decode("ascii")
+
+
+def encode_otlp_json(request: ExportTraceServiceRequest) -> str:
+    """One ``ExportTraceServiceRequest`` as one line of OTLP/JSON (no trailing newline).
+
+    Produced with protobuf's own JSON mapping (lowerCamelCase names, 64-bit integers and
+    nanosecond timestamps as strings, enums as integers, as OTLP/JSON requires), then ids
+    rewritten from base64 to hex. This is what the Collector's file exporter writes, so its
+    files and ours are interchangeable.
+    """
+    from google.protobuf import json_format  # type: ignore[import-untyped, unused-ignore]
+
+    doc = json_format.MessageToDict(request, use_integers_for_enums=True)
+    _walk_ids(doc, _b64_to_hex)
+    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
+
+
+def decode_otlp_json(line: str | dict[str, Any]) -> ExportTraceServiceRequest:
+    """The inverse of :func:`encode_otlp_json`: a protobuf request with the same ids and values.
+
+    Unknown fields are ignored so that files written by newer collectors still load.
+    """
+    from google.protobuf import json_format  # type: ignore[import-untyped, unused-ignore]
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    doc: dict[str, Any] = json.loads(line) if isinstance(line, str) else copy.deepcopy(line)
+    _walk_ids(doc, _hex_to_b64)
+    request = ExportTraceServiceRequest()
+    json_format.ParseDict(doc, request, ignore_unknown_fields=True)
+    return request
+
+
+class OtlpJsonLinesExporter(SpanExporter):
+    """Appends each exported batch to ``path`` as one OTLP/JSON line.
+
+    The file is created (with its folder) on the first batch, so a run that makes no spans
+    leaves no empty trace behind. Each line is written and flushed whole, so a crash loses at
+    most the batches still queued, and a reader never sees half a line from a finished batch.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._file: Any = None
+        self._closed = False
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+        if not spans:
+            return SpanExportResult.SUCCESS
+        line = encode_otlp_json(encode_spans(spans)) + "\n"
+        with self._lock:
+            if self._closed:
+                return SpanExportResult.FAILURE
+            try:
+                if self._file is None:
+                    self.path.parent.mkdir(parents=True, exist_ok=True)
+                    self._file = self.path.open("a", encoding="utf-8")
+                self._file.write(line)
+                self._file.flush()
+            except OSError as exc:
+                _logger.error("cannot write trace file %s: %s", self.path, exc)
+                return SpanExportResult.FAILURE
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        with self._lock:
+            self._closed = True
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return True
+
+
+# --------------------------------------------------------------------------------------------
+# Counting and bounding around the SDK's batch processor.
+
+
+class _CountingExporter(SpanExporter):
+    """Wraps an exporter to count what it was given and what it delivered.
+
+    It also carries the shutdown deadline: past ``give_up_at`` a batch fails at once, and once
+    a batch has failed during shutdown so do the rest, so a dead endpoint costs one export
+    attempt at exit rather than one per remaining batch.
+    """
+
+    def __init__(self, inner: SpanExporter, kind: str) -> None:
+        self.inner = inner
+        self.kind = kind
+        self.handed = 0
+        self.exported = 0
+        self.failed = 0
+        self.give_up_at: float | None = None
+        self._lock = threading.Lock()
+        self._inner_shut = False
+
+    def _count(self, *, handed: int = 0, exported: int = 0, failed: int = 0) -> None:
+        with self._lock:
+            self.handed += handed
+            self.exported += exported
+            self.failed += failed
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        n = len(spans)
+        self._count(handed=n)
+        if self.give_up_at is not None and time.monotonic() >= self.give_up_at:
+            self._count(failed=n)
+            return SpanExportResult.FAILURE
+        try:
+            result = self.inner.export(spans)
+        except Exception:
+            _logger.exception("%s span exporter raised", self.kind)
+            result = SpanExportResult.FAILURE
+        if result is SpanExportResult.SUCCESS:
+            self._count(exported=n)
+        else:
+            self._count(failed=n)
+            if self.give_up_at is not None:
+                # Shutting down and a batch just failed after its own retries: the rest would
+                # fail the same way, one timeout each. Give up on them now.
+                self.give_up_at = time.monotonic()
+        return result
+
+    def shutdown(self) -> None:
+        """Shut the wrapped exporter down once (the OTLP ones warn on a second call)."""
+        with self._lock:
+            if self._inner_shut:
+                return
+            self._inner_shut = True
+        try:
+            self.inner.shutdown()
+        except Exception:
+            _logger.exception("%s span exporter failed to shut down", self.kind)
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+
+class _CountingBatchSpanProcessor(BatchSpanProcessor):
+    """A ``BatchSpanProcessor`` that knows how many spans it lost.
+
+    The SDK drops the oldest queued span when the queue is full and only logs it. Counting at
+    the edges is exact without touching the queue: a sampled span that ended here but was
+    never handed to the exporter, once the queue is drained, was dropped (queue overflow, or
+    ended after shutdown).
+    """
+
+    def __init__(self, exporter: _CountingExporter, *, max_queue_size: int) -> None:
+        super().__init__(
+            exporter,
+            max_queue_size=max_queue_size,
+            max_export_batch_size=min(_MAX_EXPORT_BATCH, max_queue_size),
+            schedule_delay_millis=_SCHEDULE_DELAY_MS,
+        )
+        self.counter = exporter
+        self._ended = 0
+        self._ended_lock = threading.Lock()
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if span.context is not None and span.context.trace_flags.sampled:
+            with self._ended_lock:
+                self._ended += 1
+        super().on_end(span)
+
+    @property
+    def ended(self) -> int:
+        return self._ended
+
+    def _pending(self) -> int:
+        """Spans still queued (private SDK state, read defensively; 0 if it ever moves)."""
+        queue = getattr(getattr(self, "_batch_processor", None), "_queue", None)
+        try:
+            return len(queue) if queue is not None else 0
+        except TypeError:
+            return 0
+
+    @property
+    def dropped(self) -> int:
+        # While the worker is between popping a batch and exporting it, up to one batch is
+        # briefly counted as dropped; after a flush or shutdown the figure is exact.
+        return max(0, self._ended - self.counter.handed - self._pending())
+
+
+def _run_bounded(fn: Callable[[], object], timeout: float, name: str) -> bool:
+    """Run ``fn`` in a daemon thread and wait at most ``timeout`` seconds.
+
+    Returns True if ``fn`` finished in time without raising and did not return ``False``. A
+    thread still running is abandoned: it is a daemon, so it cannot keep the process alive, and
+    the exporters it may be blocked in have their own request timeouts.
+    """
+    outcome: list[bool] = []
+
+    def target() -> None:
+        try:
+            outcome.append(fn() is not False)
+        except Exception:
+            _logger.exception("%s failed", name)
+            outcome.append(False)
+
+    thread = threading.Thread(target=target, name=f"orchestrator-{name}", daemon=True)
+    thread.start()
+    thread.join(max(0.0, timeout))
+    if thread.is_alive():
+        _logger.warning("%s did not finish within %.1f s; continuing without it", name, timeout)
+        return False
+    return bool(outcome and outcome[0])
+
+
+def flush_tracer_provider(tracer_provider: object | None = None, timeout: float = 2.0) -> bool:
+    """Flush any tracer provider that has ``force_flush``, waiting at most ``timeout`` seconds.
+
+    For code that holds a provider but not a :class:`TracingSetup` (``run_sync`` flushing the
+    global provider, say). ``None`` means the global provider; providers without
+    ``force_flush`` (the API's no-op one) count as flushed.
+    """
+    if tracer_provider is None:
+        from opentelemetry import trace
+
+        tracer_provider = trace.get_tracer_provider()
+    flush = getattr(tracer_provider, "force_flush", None)
+    if flush is None:
+        return True
+    return _run_bounded(cast(Callable[[], object], flush), timeout, "trace flush")
+
+
+# --------------------------------------------------------------------------------------------
+# The setup object and configure_tracing().
+
+
+class TracingSetup:
+    """What :func:`configure_tracing` built, and the handles to finish it properly.
+
+    Attributes:
+        tracer_provider: the provider spans go through (pass it to ``run()`` or rely on the
+            global one, which ``configure_tracing`` sets unless given a provider).
+        trace_file: the OTLP/JSON lines file, when spans are written locally.
+        endpoint: the OTLP URL spans are sent to, when they are.
+        protocol: ``grpc`` or ``http/protobuf`` when exporting over OTLP.
+        exporters: the exporters in use, e.g. ``("otlp",)``, ``("file",)`` or ``()``.
+        export_timeout: the per-request timeout, and the default bound for flush and shutdown.
+    """
+
+    def __init__(
+        self,
+        *,
+        tracer_provider: TracerProvider,
+        owns_provider: bool,
+        processors: Sequence[_CountingBatchSpanProcessor],
+        trace_file: Path | None,
+        endpoint: str | None,
+        protocol: Protocol | None,
+        export_timeout: float,
+    ) -> None:
+        self.tracer_provider = tracer_provider
+        self.trace_file = trace_file
+        self.endpoint = endpoint
+        self.protocol = protocol
+        self.export_timeout = export_timeout
+        self.exporters = tuple(p.counter.kind for p in processors)
+        self._owns_provider = owns_provider
+        self._processors = tuple(processors)
+        self._shut_down = False
+        self._shutdown_lock = threading.Lock()
+        atexit.register(self.shutdown)
+
+    def __repr__(self) -> str:
+        return (
+            f"TracingSetup(exporters={self.exporters!r}, endpoint={self.endpoint!r}, "
+            f"trace_file={self.trace_file!r})"
+        )
+
+    @property
+    def ended_spans(self) -> int:
+        """Sampled spans that ended and reached our processors (counted once per exporter)."""
+        return sum(p.ended for p in self._processors)
+
+    @property
+    def exported_spans(self) -> int:
+        """Spans the exporters delivered (the collector acknowledged, or the file took)."""
+        return sum(p.counter.exported for p in self._processors)
+
+    @property
+    def failed_spans(self) -> int:
+        """Spans handed to an exporter that failed (dead endpoint, rejection, disk error)."""
+        return sum(p.counter.failed for p in self._processors)
+
+    @property
+    def dropped_spans(self) -> int:
+        """Spans lost before export: the queue was full, or they ended after shutdown."""
+        return sum(p.dropped for p in self._processors)
+
+    def describe(self) -> str:
+        """One line for the CLI: where this run's spans went."""
+        parts = []
+        if self.endpoint:
+            parts.append(f"OTLP {self.protocol} → {self.endpoint}")
+        if self.trace_file is not None:
+            parts.append(f"file {self.trace_file}")
+        if "console" in self.exporters:
+            parts.append("console")
+        return "traces: " + (", ".join(parts) if parts else "not exported")
+
+    def force_flush(self, timeout: float | None = None) -> bool:
+        """Export everything queued so far, blocking at most ``timeout`` (default: the export
+        timeout) seconds. True when it all went out; False on a timeout or a failed export.
+        Spans not yet exported stay queued: a slow but live collector still gets them later."""
+        if self._shut_down or not self._processors:
+            return not self._processors or self.failed_spans == 0
+        failed_before = self.failed_spans
+        limit = self.export_timeout if timeout is None else timeout
+
+        def flush_all() -> bool:
+            return all(p.force_flush() for p in self._processors)
+
+        done = _run_bounded(flush_all, limit, "trace flush")
+        return done and self.failed_spans == failed_before
+
+    async def flush(self, timeout: float | None = None) -> bool:
+        """:meth:`force_flush` for trio code: runs in a worker thread, never blocks the loop,
+        and returns within ``timeout`` even if cancelled (the flush continues in the
+        background)."""
+        import trio
+
+        return await trio.to_thread.run_sync(self.force_flush, timeout, abandon_on_cancel=True)
+
+    def shutdown(self, timeout: float | None = None) -> bool:
+        """Flush what is queued and close the exporters, within ``timeout`` seconds (default:
+        the export timeout). Safe to call twice; also registered with :mod:`atexit`.
+
+        Past the deadline, the remaining batches fail at once and in-flight requests are
+        interrupted, so exit never waits on a dead collector. Lost spans are logged as a
+        warning and stay readable in :attr:`dropped_spans` and :attr:`failed_spans`. Returns
+        True when everything shut down in time.
+        """
+        with self._shutdown_lock:
+            if self._shut_down:
+                return True
+            self._shut_down = True
+        atexit.unregister(self.shutdown)
+        limit = self.export_timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        for processor in self._processors:
+            processor.counter.give_up_at = deadline
+
+        def abort_exporters() -> None:
+            for processor in self._processors:
+                processor.counter.shutdown()
+
+        timer = threading.Timer(limit, abort_exporters)
+        timer.daemon = True
+        timer.start()
+
+        def shut() -> None:
+            if self._owns_provider:
+                self.tracer_provider.shutdown()
+            else:
+                for processor in self._processors:
+                    # BatchSpanProcessor.shutdown is unannotated in the SDK.
+                    cast(Callable[[], None], processor.shutdown)()
+
+        done = _run_bounded(shut, limit + 0.25, "trace shutdown")
+        timer.cancel()
+        abort_exporters()
+        self._report()
+        return done
+
+    def _report(self) -> None:
+        dropped, failed = self.dropped_spans, self.failed_spans
+        if dropped or failed:
+            _logger.warning(
+                "tracing: %d span(s) dropped (queue full or ended after shutdown), "
+                "%d span(s) failed to export",
+                dropped,
+                failed,
+            )
+
+
+def _default_trace_file(runs_dir: Path) -> Path:
+    """A fresh trace file name in ``runs_dir``: UTC start time, then the pid for uniqueness."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return runs_dir / f"trace-{stamp}-{os.getpid()}.jsonl"
+
+
+def _build_resource(service_name: str | None) -> Resource:
+    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+
+    resource = Resource.create()
+    if service_name:
+        return resource.merge(Resource({SERVICE_NAME: service_name}))
+    current = str(resource.attributes.get(SERVICE_NAME, ""))
+    if not current or current.startswith("unknown_service"):
+        resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE_NAME}))
+    return resource
+
+
+def _otlp_exporter(endpoint: str, protocol: Protocol, timeout: float) -> SpanExporter:
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+            OTLPSpanExporter as GrpcExporter,
+        )
+
+        insecure: bool | None = None
+        if "://" not in endpoint:
+            # No scheme: the exporter would assume TLS; for a bare host:port (the usual local
+            # collector) plaintext is what people mean, unless the variables say otherwise.
+            env = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_INSECURE") or os.environ.get(
+                "OTEL_EXPORTER_OTLP_INSECURE"
+            )
+            insecure = True if env is None else env.strip().lower() == "true"
+        return cast(
+            SpanExporter, GrpcExporter(endpoint=endpoint, insecure=insecure, timeout=timeout)
+        )
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+        OTLPSpanExporter as HttpExporter,
+    )
+
+    return cast(SpanExporter, HttpExporter(endpoint=endpoint, timeout=timeout))
+
+
+def configure_tracing(
+    *,
+    service_name: str | None = None,
+    endpoint: str | None = None,
+    protocol: str | None = None,
+    tracer_provider: TracerProvider | None = None,
+    runs_dir: Path | None = None,
+    run_file: Path | None = None,
+    export_timeout: float = 2.0,
+    max_queue_size: int = 65_536,
+    set_global: bool = True,
+) -> TracingSetup:
+    """Set up span export from the arguments and the standard ``OTEL_*`` variables.
+
+    Args:
+        service_name: ``service.name``; default ``OTEL_SERVICE_NAME``, then ``orchestrator``.
+            Ignored when ``tracer_provider`` is given (its resource is already fixed).
+        endpoint: OTLP endpoint; default from ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` /
+            ``OTEL_EXPORTER_OTLP_ENDPOINT``. A base URL (``http://host:4318``) is fine.
+        protocol: ``http/protobuf`` or ``grpc``; default from ``OTEL_EXPORTER_OTLP_*PROTOCOL``,
+            then ``http/protobuf``.
+        tracer_provider: add our processors to this provider instead of creating one; it is
+            then neither made global nor shut down by :meth:`TracingSetup.shutdown` (only our
+            processors are).
+        runs_dir: when no OTLP exporter is in use, write the trace to a new file here.
+        run_file: like ``runs_dir`` but the exact file (appended to if it exists).
+        export_timeout: seconds per export request, and the default bound on flush/shutdown.
+        max_queue_size: spans the batch queue holds before dropping (and counting) the oldest.
+        set_global: make a newly created provider the global one (default). If the global
+            provider already is an SDK provider, it is reused instead, since OpenTelemetry
+            refuses to replace it.
+
+    Exporters: ``OTEL_TRACES_EXPORTER`` picks from ``otlp``, ``console`` (to stderr, keeping
+    stdout for the run's answer) and ``none``. Unset, OTLP is used when an endpoint is
+    configured, else the trace file when one is asked for, else nothing. ``none`` turns off
+    everything, the file included.
+    """
+    if export_timeout <= 0:
+        raise ConfigurationError("export_timeout must be positive")
+    if max_queue_size < 1:
+        raise ConfigurationError("max_queue_size must be at least 1")
+
+    owns_provider = False
+    if tracer_provider is None:
+        from opentelemetry import trace
+
+        current = trace.get_tracer_provider()
+        if set_global and isinstance(current, TracerProvider):
+            tracer_provider = current
+        else:
+            # shutdown_on_exit=False: the SDK's own atexit hook would call the unbounded
+            # shutdown; TracingSetup registers its bounded one instead.
+            tracer_provider = TracerProvider(
+                resource=_build_resource(service_name), shutdown_on_exit=False
+            )
+            owns_provider = True
+            if set_global:
+                trace.set_tracer_provider(tracer_provider)
+
+    names, explicit = _selected_exporters()
+    resolved_endpoint = resolve_otlp_endpoint(endpoint, protocol)
+    use_otlp = "otlp" in names or (not explicit and resolved_endpoint is not None)
+    if "none" in names:
+        if len(names) > 1:
+            _logger.warning("OTEL_TRACES_EXPORTER includes 'none': no spans will be exported")
+        use_otlp = False
+        names = {"none"}
+
+    exporters: list[_CountingExporter] = []
+    used_endpoint: str | None = None
+    used_protocol: Protocol | None = None
+    trace_file: Path | None = None
+    if use_otlp:
+        used_protocol = resolve_protocol(protocol)
+        used_endpoint = resolved_endpoint or (
+            _traces_url(_DEFAULT_HTTP_ENDPOINT, always_append=True)
+            if used_protocol == "http/protobuf"
+            else _DEFAULT_GRPC_ENDPOINT
+        )
+        exporters.append(
+            _CountingExporter(_otlp_exporter(used_endpoint, used_protocol, export_timeout), "otlp")
+        )
+    if "console" in names:
+        exporters.append(_CountingExporter(ConsoleSpanExporter(out=sys.stderr), "console"))
+    if not use_otlp and "none" not in names and (run_file is not None or runs_dir is not None):
+        trace_file = run_file if run_file is not None else _default_trace_file(cast(Path, runs_dir))
+        exporters.append(_CountingExporter(OtlpJsonLinesExporter(trace_file), "file"))
+
+    processors = [_CountingBatchSpanProcessor(e, max_queue_size=max_queue_size) for e in exporters]
+    for processor in processors:
+        tracer_provider.add_span_processor(processor)
+    return TracingSetup(
+        tracer_provider=tracer_provider,
+        owns_provider=owns_provider,
+        processors=processors,
+        trace_file=trace_file,
+        endpoint=used_endpoint,
+        protocol=used_protocol,
+        export_timeout=export_timeout,
+    )

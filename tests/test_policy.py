@@ -1,0 +1,230 @@
+"""The permission gate: allow / confirm / deny, the default, approvers, and refusals as results."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from orchestrator import (
+    Agent,
+    ConfigurationError,
+    Limits,
+    PendingCall,
+    Policy,
+    RunStatus,
+    run,
+    tool,
+)
+from orchestrator.models import ScriptedModel, text, tool_call
+
+
+def make_tools():
+    """Fresh tools whose calls are recorded in ``calls``."""
+    calls: list[str] = []
+
+    @tool
+    async def read_file(path: str) -> str:
+        """Read a file."""
+        calls.append(f"read_file:{path}")
+        return "contents"
+
+    @tool
+    async def delete_file(path: str) -> str:
+        """Delete a file."""
+        calls.append(f"delete_file:{path}")
+        return "deleted"
+
+    return calls, [read_file, delete_file]
+
+
+async def call(name, args, *, policy=None, run_policy=None, limits=None):
+    """One agent calls ``name`` once and then answers; returns (calls, result, the tool_result)."""
+    calls, tools = make_tools()
+    model = ScriptedModel([tool_call(name, args, id="toolu_1"), text("done")])
+    agent = Agent("worker", "x", model=model, tools=tools, policy=policy)
+    result = await run(agent, "go", policy=run_policy, limits=limits)
+    results = [b for m in result.messages for b in m.content if b.type == "tool_result"]
+    return calls, result, results[0] if results else None
+
+
+async def test_an_agents_tools_are_allowed_when_no_rule_says_otherwise():
+    calls, result, res = await call("delete_file", {"path": "a"})
+    assert calls == ["delete_file:a"]
+    assert not res.is_error
+    assert result.status is RunStatus.COMPLETED
+
+
+async def test_a_denied_tool_is_refused_and_its_handler_never_runs():
+    policy = Policy(rules={"delete_file": "deny"})
+    calls, result, res = await call("delete_file", {"path": "a"}, policy=policy)
+    assert calls == []
+    assert res.is_error
+    assert "delete_file" in res.content
+    assert "denied" in res.content
+    assert result.status is RunStatus.COMPLETED
+
+
+async def test_a_deny_rule_leaves_the_other_tools_allowed():
+    policy = Policy(rules={"delete_file": "deny"})
+    calls, _, res = await call("read_file", {"path": "a"}, policy=policy)
+    assert calls == ["read_file:a"]
+    assert not res.is_error
+
+
+async def test_a_deny_default_refuses_every_tool_without_an_allow_rule():
+    policy = Policy(rules={"read_file": "allow"}, default="deny")
+    calls, _, res = await call("delete_file", {"path": "a"}, policy=policy)
+    assert calls == []
+    assert res.is_error
+    calls, _, res = await call("read_file", {"path": "a"}, policy=policy)
+    assert calls == ["read_file:a"]
+    assert not res.is_error
+
+
+async def test_a_confirmed_call_runs_when_a_sync_approver_says_yes():
+    seen: list[PendingCall] = []
+
+    def approve(pending: PendingCall) -> bool:
+        seen.append(pending)
+        return True
+
+    policy = Policy(rules={"delete_file": "confirm"}, approver=approve)
+    calls, _, res = await call("delete_file", {"path": "a"}, policy=policy)
+    assert calls == ["delete_file:a"]
+    assert not res.is_error
+    (pending,) = seen
+    assert pending.name == "delete_file"
+    assert dict(pending.input) == {"path": "a"}
+    assert pending.id == "toolu_1"
+    assert pending.agent_name == "worker"
+    assert pending.agent_path == "worker"
+
+
+async def test_a_confirmed_call_is_declined_when_a_sync_approver_says_no():
+    policy = Policy(rules={"delete_file": "confirm"}, approver=lambda pending: False)
+    calls, result, res = await call("delete_file", {"path": "a"}, policy=policy)
+    assert calls == []
+    assert res.is_error
+    assert "declined" in res.content
+    assert "delete_file" in res.content
+    assert result.status is RunStatus.COMPLETED
+
+
+async def test_a_confirmed_call_runs_when_an_async_approver_says_yes(autojump_clock):
+    async def approve(pending: PendingCall) -> bool:
+        await trio.sleep(30)  # a human thinking it over
+        return True
+
+    policy = Policy(rules={"delete_file": "confirm"}, approver=approve)
+    calls, _, res = await call("delete_file", {"path": "a"}, policy=policy)
+    assert calls == ["delete_file:a"]
+    assert not res.is_error
+
+
+async def test_a_confirmed_call_is_declined_when_an_async_approver_says_no():
+    async def approve(pending: PendingCall) -> bool:
+        await trio.sleep(0)
+        return False
+
+    policy = Policy(rules={"delete_file": "confirm"}, approver=approve)
+    calls, _, res = await call("delete_file", {"path": "a"}, policy=policy)
+    assert calls == []
+    assert res.is_error
+    assert "declined" in res.content
+
+
+async def test_a_confirm_rule_without_an_approver_declines_the_call():
+    policy = Policy(rules={"delete_file": "confirm"})
+    calls, _, res = await call("delete_file", {"path": "a"}, policy=policy)
+    assert calls == []
+    assert res.is_error
+    assert "approv" in res.content
+
+
+async def test_the_approver_is_only_asked_about_confirm_calls():
+    asked: list[str] = []
+
+    def approve(pending: PendingCall) -> bool:
+        asked.append(pending.name)
+        return True
+
+    policy = Policy(rules={"delete_file": "confirm"}, approver=approve)
+    calls, _, _ = await call("read_file", {"path": "a"}, policy=policy)
+    assert calls == ["read_file:a"]
+    assert asked == []
+
+
+async def test_an_approvers_wait_counts_against_the_runs_deadline(autojump_clock):
+    async def never(pending: PendingCall) -> bool:
+        await trio.sleep_forever()
+        return True  # pragma: no cover
+
+    policy = Policy(rules={"delete_file": "confirm"}, approver=never)
+    start = trio.current_time()
+    calls, result, res = await call(
+        "delete_file", {"path": "a"}, policy=policy, limits=Limits(timeout=60)
+    )
+    assert calls == []
+    assert result.status is RunStatus.TIMEOUT
+    assert trio.current_time() - start == pytest.approx(60, abs=1)
+    assert res.is_error  # the cut call still has its (synthetic) result
+
+
+async def test_a_tool_the_agent_does_not_hold_is_refused_even_when_a_rule_allows_it():
+    policy = Policy(rules={"format_disk": "allow"}, default="allow")
+    calls, result, res = await call("format_disk", {}, policy=policy)
+    assert calls == []
+    assert res.is_error
+    assert "format_disk" in res.content
+    assert "read_file" in res.content and "delete_file" in res.content
+    assert result.status is RunStatus.COMPLETED
+
+
+async def test_a_run_policy_cannot_loosen_an_agents_deny():
+    calls, _, res = await call(
+        "delete_file",
+        {"path": "a"},
+        policy=Policy(rules={"delete_file": "deny"}),
+        run_policy=Policy(rules={"delete_file": "allow"}),
+    )
+    assert calls == []
+    assert res.is_error
+
+
+async def test_a_run_policy_can_tighten_an_agents_tools():
+    calls, _, res = await call(
+        "delete_file", {"path": "a"}, run_policy=Policy(rules={"delete_file": "deny"})
+    )
+    assert calls == []
+    assert res.is_error
+
+
+async def test_the_stricter_of_confirm_and_allow_wins():
+    calls, _, res = await call(
+        "delete_file",
+        {"path": "a"},
+        policy=Policy(rules={"delete_file": "allow"}),
+        run_policy=Policy(rules={"delete_file": "confirm"}, approver=lambda p: False),
+    )
+    assert calls == []
+    assert res.is_error
+    assert "declined" in res.content
+
+
+def test_the_policy_default_is_allow():
+    assert Policy().default == "allow"
+
+
+def test_an_unknown_rule_value_is_rejected_naming_the_tool():
+    with pytest.raises(ConfigurationError, match="delete_file"):
+        Policy(rules={"delete_file": "maybe"})  # type: ignore[dict-item]
+
+
+def test_an_unknown_default_is_rejected():
+    with pytest.raises(ConfigurationError):
+        Policy(default="sometimes")  # type: ignore[arg-type]
+
+
+def test_a_non_callable_approver_is_rejected_naming_the_approver():
+    with pytest.raises(ConfigurationError, match="approver"):
+        Policy(approver=True)  # type: ignore[arg-type]

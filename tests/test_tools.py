@@ -1,0 +1,517 @@
+"""@tool: schemas, injection, validation, threads, timeouts, errors as results, retries, caps."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+
+import pydantic
+import pytest
+import trio
+
+from orchestrator import (
+    Agent,
+    ConfigurationError,
+    Limits,
+    Policy,
+    RunStatus,
+    Tool,
+    ToolContext,
+    ToolError,
+    open_run,
+    run,
+    tool,
+)
+from orchestrator.models import FunctionModel, ScriptedModel, text, tool_call
+
+
+def results_of(result):
+    """Every tool_result block of a run's transcript, in order."""
+    return [b for m in result.messages for b in m.content if b.type == "tool_result"]
+
+
+async def call_once(t, args=None, *, limits=None, **run_options):
+    """Run an agent that calls ``t`` once with ``args`` then answers; return (result, tool_result)."""
+    model = ScriptedModel([tool_call(t.name, args or {}), text("done")])
+    agent = Agent("worker", "Use the tool.", model=model, tools=[t])
+    result = await run(agent, "go", limits=limits, **run_options)
+    assert result.status is RunStatus.COMPLETED, result.error
+    (only,) = results_of(result)
+    return result, only
+
+
+# --- schema ----------------------------------------------------------------------------------
+
+
+@tool
+def search(query: str, limit: int = 5) -> str:
+    """Search the corpus for matching passages.
+
+    Args:
+        query: What to look for.
+        limit: How many hits to return.
+    """
+    return f"{limit} hits for {query}"
+
+
+def test_the_schema_comes_from_type_hints_and_docstring():
+    assert isinstance(search, Tool)
+    assert search.name == "search"
+    assert search.description == "Search the corpus for matching passages."
+    schema = search.input_schema
+    assert schema["type"] == "object"
+    assert schema["properties"]["query"]["type"] == "string"
+    assert schema["properties"]["query"]["description"] == "What to look for."
+    assert schema["properties"]["limit"]["type"] == "integer"
+    assert schema["properties"]["limit"]["description"] == "How many hits to return."
+    assert schema["properties"]["limit"]["default"] == 5
+    assert schema["required"] == ["query"]
+
+
+def test_the_schema_is_plain_json():
+    json.dumps(search.input_schema)
+
+
+def test_tool_options_set_the_name_and_description():
+    @tool(name="lookup", description="Look a word up.")
+    def f(word: str) -> str:
+        """Ignored docstring."""
+        return word
+
+    assert f.name == "lookup"
+    assert f.description == "Look a word up."
+
+
+def test_a_tool_context_parameter_is_left_out_of_the_schema():
+    @tool
+    def whoami(ctx: ToolContext, shout: bool = False) -> str:
+        """Say who is calling."""
+        return ctx.agent_name
+
+    assert set(whoami.input_schema["properties"]) == {"shout"}
+    assert "ctx" not in json.dumps(whoami.input_schema)
+
+
+async def test_the_model_is_offered_each_tool_with_its_schema():
+    seen = {}
+
+    def fn(request):
+        seen.update({t.name: t for t in request.tools})
+        return text("done")
+
+    await run(Agent("a", "x", model=FunctionModel(fn), tools=[search]), "go")
+    assert set(seen) == {"search"}
+    assert seen["search"].input_schema == search.input_schema
+    assert seen["search"].description == search.description
+
+
+async def test_the_tool_context_is_injected_with_the_calling_agent():
+    got = []
+
+    @tool
+    async def whoami(ctx: ToolContext) -> str:
+        """Say who is calling."""
+        got.append(ctx)
+        return ctx.agent_name
+
+    result, res = await call_once(whoami, deps={"db": "conn"})
+    (ctx,) = got
+    assert res.content == "worker"
+    assert ctx.agent_name == "worker"
+    assert ctx.agent_path == "worker"
+    assert ctx.depth == 0
+    assert ctx.deps == {"db": "conn"}
+    assert ctx.run_id == result.run_id and ctx.run_id
+
+
+# --- validation ------------------------------------------------------------------------------
+
+
+async def test_arguments_are_validated_before_the_call_and_the_handler_is_not_called():
+    calls = []
+
+    @tool
+    def repeat(word: str, times: int) -> str:
+        """Repeat a word."""
+        calls.append((word, times))
+        return word * times
+
+    _, res = await call_once(repeat, {"word": "ha", "times": "many"})
+    assert calls == []
+    assert res.is_error
+    assert "repeat" in res.content
+    assert "times" in res.content
+    # the schema is included so the model can fix the call
+    assert json.dumps(repeat.input_schema["properties"]["times"]).replace(" ", "") in res.content
+
+
+async def test_a_missing_required_argument_is_named_in_the_error():
+    calls = []
+
+    @tool
+    def greet(name: str, greeting: str = "hello") -> str:
+        """Greet someone."""
+        calls.append(name)
+        return f"{greeting} {name}"
+
+    _, res = await call_once(greet, {"greeting": "hi"})
+    assert calls == []
+    assert res.is_error
+    assert "name" in res.content
+    assert "missing" in res.content.lower() or "required" in res.content.lower()
+
+
+async def test_an_unexpected_argument_is_rejected_not_silently_dropped():
+    calls = []
+
+    @tool
+    def greet(name: str) -> str:
+        """Greet someone."""
+        calls.append(name)
+        return f"hello {name}"
+
+    _, res = await call_once(greet, {"name": "Ada", "mood": "grumpy"})
+    assert calls == []
+    assert res.is_error
+    assert "mood" in res.content
+
+
+async def test_valid_arguments_reach_the_handler_coerced_to_their_types():
+    got = []
+
+    @tool
+    def add(a: int, b: float) -> float:
+        """Add."""
+        got.append((a, b))
+        return a + b
+
+    _, res = await call_once(add, {"a": 2, "b": 0.5})
+    assert got == [(2, 0.5)]
+    assert not res.is_error
+    assert res.content == "2.5"
+
+
+# --- sync tools, threads, timeouts -----------------------------------------------------------
+
+
+async def test_a_sync_tool_runs_in_a_worker_thread():
+    threads = []
+
+    @tool
+    def where() -> str:
+        """Report the thread."""
+        threads.append(threading.get_ident())
+        return "here"
+
+    _, res = await call_once(where)
+    assert res.content == "here"
+    assert threads and threads[0] != threading.get_ident()
+
+
+async def test_an_async_tool_runs_in_the_trio_task():
+    @tool
+    async def where() -> str:
+        """Report the thread."""
+        await trio.sleep(0)
+        return str(threading.get_ident())
+
+    _, res = await call_once(where)
+    assert res.content == str(threading.get_ident())
+
+
+async def test_a_sync_tool_hanging_past_tool_timeout_is_abandoned_and_counted():
+    # real time on purpose: a worker thread does not advance trio's virtual clock
+    release = threading.Event()
+    finished = threading.Event()
+
+    @tool
+    def hang() -> str:
+        """Hang until released."""
+        try:
+            release.wait(10)
+            return "late"
+        finally:
+            finished.set()
+
+    model = ScriptedModel([tool_call("hang"), text("gave up")])
+    agent = Agent("worker", "x", model=model, tools=[hang])
+    start = time.monotonic()
+    try:
+        async with open_run(agent, "go", limits=Limits(tool_timeout=0.2)) as handle:
+            result = await handle.result()
+        elapsed = time.monotonic() - start
+        assert result.status is RunStatus.COMPLETED
+        (res,) = results_of(result)
+        assert res.is_error
+        assert "timed out" in res.content
+        assert handle.abandoned_threads == 1
+        assert elapsed < 3, "the run waited for the hung thread instead of abandoning it"
+    finally:
+        release.set()
+        await trio.to_thread.run_sync(finished.wait, 5)
+
+
+async def test_an_async_tool_hanging_past_tool_timeout_becomes_a_timed_out_result(autojump_clock):
+    @tool
+    async def hang() -> str:
+        """Hang."""
+        await trio.sleep(10_000)
+        return "late"
+
+    start = trio.current_time()
+    _, res = await call_once(hang, limits=Limits(tool_timeout=5))
+    assert res.is_error
+    assert "timed out" in res.content
+    assert 5 <= trio.current_time() - start < 6
+
+
+async def test_the_default_tool_timeout_is_120_seconds(autojump_clock):
+    @tool
+    async def hang() -> str:
+        """Hang."""
+        await trio.sleep(10_000)
+        return "late"
+
+    start = trio.current_time()
+    _, res = await call_once(hang)
+    assert res.is_error and "timed out" in res.content
+    assert 120 <= trio.current_time() - start < 121
+
+
+# --- errors as results -----------------------------------------------------------------------
+
+
+async def test_a_tool_that_raises_becomes_an_error_result_the_model_can_read():
+    seen = []
+
+    @tool
+    def divide(a: int, b: int) -> float:
+        """Divide."""
+        return a / b
+
+    def fn(request):
+        seen.append(list(request.messages))
+        if len(request.messages) == 1:
+            return tool_call("divide", {"a": 1, "b": 0})
+        return text("cannot divide by zero")
+
+    result = await run(Agent("w", "x", model=FunctionModel(fn), tools=[divide]), "go")
+    assert result.status is RunStatus.COMPLETED
+    last_request = seen[-1]
+    (res,) = [b for b in last_request[-1].content if b.type == "tool_result"]
+    assert res.is_error
+    assert "ZeroDivisionError" in res.content
+    assert "division by zero" in res.content
+
+
+async def test_a_tool_error_message_is_passed_to_the_model_verbatim():
+    @tool
+    def fetch(url: str) -> str:
+        """Fetch a page."""
+        raise ToolError("Only https URLs are allowed; retry with https://.")
+
+    _, res = await call_once(fetch, {"url": "http://x"})
+    assert res.is_error
+    assert res.content == "Only https URLs are allowed; retry with https://."
+
+
+async def test_an_unknown_tool_becomes_an_error_result_listing_the_available_tools():
+    model = ScriptedModel([tool_call("serch", {"query": "x"}), text("done")])
+    agent = Agent("w", "x", model=model, tools=[search, tool(lambda_free_add)])
+    result = await run(agent, "go")
+    (res,) = results_of(result)
+    assert res.is_error
+    assert "serch" in res.content
+    assert "search" in res.content.replace("serch", "")
+    assert "lambda_free_add" in res.content
+
+
+def lambda_free_add(a: int, b: int) -> int:
+    """Add."""
+    return a + b
+
+
+# --- retries ---------------------------------------------------------------------------------
+
+
+async def test_an_idempotent_tool_is_retried_with_backoff_until_it_succeeds(autojump_clock):
+    attempts = []
+
+    @tool(idempotent=True)
+    async def flaky() -> str:
+        """Flaky read."""
+        attempts.append(trio.current_time())
+        if len(attempts) < 3:
+            raise ConnectionError("reset by peer")
+        return "data"
+
+    _, res = await call_once(flaky)
+    assert not res.is_error
+    assert res.content == "data"
+    assert len(attempts) == 3
+    gaps = [b - a for a, b in itertools.pairwise(attempts)]
+    assert all(g > 0 for g in gaps), "retries must back off, not spin"
+
+
+async def test_an_idempotent_tool_that_keeps_failing_is_tried_a_bounded_number_of_times(
+    autojump_clock,
+):
+    attempts = []
+
+    @tool(idempotent=True, max_retries=4)
+    async def broken() -> str:
+        """Always fails."""
+        attempts.append(1)
+        raise ConnectionError("down")
+
+    _, res = await call_once(broken)
+    assert res.is_error
+    assert "ConnectionError" in res.content
+    assert len(attempts) == 5
+
+
+async def test_a_tool_not_marked_idempotent_is_never_retried(autojump_clock):
+    attempts = []
+
+    @tool
+    async def send_email(to: str) -> str:
+        """Send an email."""
+        attempts.append(to)
+        raise ConnectionError("smtp down")
+
+    _, res = await call_once(send_email, {"to": "a@b.c"})
+    assert res.is_error
+    assert attempts == ["a@b.c"]
+
+
+async def test_an_idempotent_tool_that_times_out_is_retried(autojump_clock):
+    attempts = []
+
+    @tool(idempotent=True, max_retries=1)
+    async def slow() -> str:
+        """Slow the first time."""
+        attempts.append(1)
+        if len(attempts) == 1:
+            await trio.sleep(100)
+        return "fast now"
+
+    _, res = await call_once(slow, limits=Limits(tool_timeout=5))
+    assert len(attempts) == 2
+    assert res.content == "fast now"
+
+
+# --- result size and content ------------------------------------------------------------------
+
+
+async def test_a_result_past_max_result_chars_is_cut_with_a_visible_truncated_marker():
+    @tool
+    def dump() -> str:
+        """Dump a lot."""
+        return "x" * 5000
+
+    _, res = await call_once(dump, limits=Limits(max_result_chars=100))
+    assert res.content.startswith("x" * 100)
+    assert "x" * 101 not in res.content
+    assert "truncated" in res.content.lower()
+    assert len(res.content) < 5000
+
+
+async def test_a_result_within_max_result_chars_is_untouched():
+    @tool
+    def small() -> str:
+        """Small."""
+        return "y" * 100
+
+    _, res = await call_once(small, limits=Limits(max_result_chars=100))
+    assert res.content == "y" * 100
+
+
+class Point(pydantic.BaseModel):
+    x: int
+    y: int
+
+
+@pytest.mark.parametrize(
+    ("value", "check"),
+    [
+        ({"answer": 42}, lambda c: json.loads(c) == {"answer": 42}),
+        ([1, "two"], lambda c: json.loads(c) == [1, "two"]),
+        (Point(x=1, y=2), lambda c: json.loads(c) == {"x": 1, "y": 2}),
+        (7, lambda c: c == "7"),
+        (None, lambda c: c.strip() != ""),
+        (b"\x00\x01\x02", lambda c: "3" in c and "byte" in c.lower()),
+    ],
+    ids=["dict", "list", "pydantic", "int", "none", "bytes"],
+)
+async def test_a_non_text_return_value_is_turned_into_readable_text(value, check):
+    @tool
+    def produce() -> object:
+        """Produce a value."""
+        return value
+
+    _, res = await call_once(produce)
+    assert isinstance(res.content, str)
+    assert not res.is_error
+    assert check(res.content), res.content
+
+
+# --- bad definitions ---------------------------------------------------------------------------
+
+
+def test_two_tools_with_one_name_in_an_agent_are_rejected_naming_it():
+    @tool(name="lookup")
+    def a(x: str) -> str:
+        """A."""
+        return x
+
+    @tool(name="lookup")
+    def b(x: str) -> str:
+        """B."""
+        return x
+
+    with pytest.raises(ConfigurationError, match="lookup"):
+        Agent("w", "x", tools=[a, b])
+
+
+def test_a_user_tool_named_spawn_subagent_is_rejected():
+    def spawn_subagent(agent: str, task: str) -> str:
+        """My own spawner."""
+        return task
+
+    with pytest.raises(ConfigurationError, match="spawn_subagent"):
+        tool(spawn_subagent)
+    with pytest.raises(ConfigurationError, match="spawn_subagent"):
+        tool(name="spawn_subagent")(lambda_free_add)
+    with pytest.raises(ConfigurationError, match="spawn_subagent"):
+        Agent("w", "x", tools=[spawn_subagent])
+
+
+def test_a_tool_parameter_without_a_type_hint_is_rejected_naming_it():
+    def untyped(query) -> str:  # type: ignore[no-untyped-def]
+        """Untyped."""
+        return str(query)
+
+    with pytest.raises(ConfigurationError, match="query") as info:
+        tool(untyped)
+    assert "untyped" in str(info.value)
+
+
+def test_a_plain_function_in_an_agents_tools_is_checked_like_a_tool():
+    def untyped(query) -> str:  # type: ignore[no-untyped-def]
+        """Untyped."""
+        return str(query)
+
+    with pytest.raises(ConfigurationError, match="untyped"):
+        Agent("w", "x", tools=[untyped])
+
+
+def test_a_non_callable_approver_is_rejected():
+    with pytest.raises(ConfigurationError, match="approver"):
+        Policy(rules={"search": "confirm"}, approver="yes please")  # type: ignore[arg-type]
+
+
+def test_tool_rejects_something_that_is_not_a_function():
+    with pytest.raises(ConfigurationError):
+        tool(42)  # type: ignore[call-overload]
