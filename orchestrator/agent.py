@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from .context import ContextPolicy
 from .errors import ConfigurationError
 from .limits import DEFAULT_LIMITS, Limits
 from .models.base import Model
@@ -33,6 +34,7 @@ class Agent:
     """
 
     __slots__ = (
+        "context",
         "description",
         "instructions",
         "limits",
@@ -53,6 +55,7 @@ class Agent:
     limits: Limits | None
     policy: Policy | None
     max_output_tokens: int
+    context: ContextPolicy | None
 
     def __init__(
         self,
@@ -66,6 +69,7 @@ class Agent:
         limits: Limits | None = None,
         policy: Policy | None = None,
         max_output_tokens: int = 4096,
+        context: ContextPolicy | None = None,
     ) -> None:
         if not isinstance(name, str) or not _AGENT_NAME.match(name):
             raise ConfigurationError(
@@ -110,6 +114,9 @@ class Agent:
         object.__setattr__(self, "limits", limits)
         object.__setattr__(self, "policy", policy)
         object.__setattr__(self, "max_output_tokens", max_output_tokens)
+        if context is not None and not isinstance(context, ContextPolicy):
+            raise ConfigurationError(f"agent {name!r}: context must be a ContextPolicy")
+        object.__setattr__(self, "context", context)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"Agent is immutable; build a new one (tried to set {name!r})")
@@ -127,6 +134,7 @@ class Agent:
             "limits": self.limits,
             "policy": self.policy,
             "max_output_tokens": self.max_output_tokens,
+            "context": self.context,
         }
         fields.update(changes)
         name = fields.pop("name", self.name)

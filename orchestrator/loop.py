@@ -13,6 +13,7 @@ This module knows nothing of subagents: ``spawn_subagent`` is an ordinary tool b
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -26,6 +27,13 @@ from opentelemetry.trace import SpanKind, Tracer
 from . import spans
 from .agent import Agent, AgentTree
 from .cancellation import is_cancellation
+from .context import (
+    ContextPolicy,
+    TurnContext,
+    clear_old_results,
+    compacted_transcript,
+    summary_request,
+)
 from .errors import ModelError
 from .events import (
     AgentFinished,
@@ -68,6 +76,8 @@ _KNOWN = (
     | _DONE
 )
 _MAX_OUTPUT_CAP = 64_000
+CONTEXT_FULL = ModelResponse((), "model_context_window_exceeded")
+"""Returned by ``_generate`` when the provider refused the input as too long."""
 CONTINUE_PROMPT = (
     "Your last reply was cut off by the output limit. Continue exactly where it stopped."
 )
@@ -113,6 +123,7 @@ class RunState:
     fatal_error: str | None = None
     cancel_requested: bool = False
     deadline: float = math.inf
+    context: ContextPolicy | None = None
 
     def fail(self, reason: str) -> None:
         """End the whole run with ``error``: a fatal provider error no agent can get past."""
@@ -180,6 +191,8 @@ class AgentNode:
     spawned: int = 0
     started_at: float = 0.0
     in_flight: list[ToolResultBlock | None] | None = None
+    context: ContextPolicy = field(default_factory=ContextPolicy)
+    turn_log: list[TurnContext] = field(default_factory=list)
     parent: AgentNode | None = None
     _chars: int = 0
     _fixed_chars: int = 0
@@ -195,6 +208,15 @@ class AgentNode:
         """RESUME: add a message and keep the running size estimate current."""
         self.messages.append(message)
         self._chars += _message_chars(message)
+
+    def estimate(self) -> int:
+        """Estimated input tokens of the next request (characters / 4)."""
+        return (self._fixed_chars + self._chars) // 4 + 1
+
+    def replace_messages(self, messages: list[Message]) -> None:
+        """Swap the transcript (after clearing or compaction) and recount its size."""
+        self.messages = messages
+        self._chars = sum(_message_chars(m) for m in messages)
 
     def finish(self, status: RunStatus, error: str | None = None, output: str = "") -> None:
         """End the agent, closing any unanswered tool calls so the transcript stays valid."""
@@ -234,6 +256,7 @@ class AgentNode:
             depth=self.depth,
             turns=self.turns,
             run_id=run_id,
+            turn_log=list(self.turn_log),
         )
 
 
@@ -328,6 +351,8 @@ async def _loop(node: AgentNode, run: RunState) -> None:
     repeats = 0
     error_turns = 0
     cut_text: list[str] = []  # pieces of an answer cut by max_tokens, joined when it completes
+    compaction_allowed = bool(node.context.compact_at_tokens or node.context.compact_at_fraction)
+    context_retry = False
     while True:
         node.turns += 1
         run.events.emit(TurnStarted(node.path, node.turns))
@@ -335,11 +360,46 @@ async def _loop(node: AgentNode, run: RunState) -> None:
         with spans.span(
             run.tracer, f"turn {node.agent.name}", SpanKind.INTERNAL, turn_attrs
         ) as turn_span:
-            # GENERATE (a tool call cut by max_tokens is retried once with a larger cap)
+            # GENERATE (after fitting the context; a tool call cut by max_tokens is retried
+            # once with a larger cap)
+            cleared, compacted = await _fit_context(node, run, specs)
+            if node.status is not None:
+                return
+            estimate = node.estimate()
             max_tokens = node.agent.max_output_tokens
             response = await _generate(node, run, specs, max_tokens)
+            if response is CONTEXT_FULL and compaction_allowed and not context_retry:
+                context_retry = True  # compact and retry once, then stop
+                if not await _compact(node, run, specs):
+                    return
+                compacted = True
+                response = await _generate(node, run, specs, max_tokens)
+            if response is CONTEXT_FULL:
+                node.finish(
+                    RunStatus.CONTEXT_EXCEEDED, "the transcript exceeded the model's context window"
+                )
+                return
             if response is None:
                 return
+            node.turn_log.append(
+                TurnContext(
+                    node.turns,
+                    estimate,
+                    response.usage.input_tokens,
+                    response.usage.cache_read_tokens,
+                    cleared,
+                    compacted,
+                )
+            )
+            if turn_span.is_recording():
+                turn_span.set_attributes(
+                    {
+                        "orchestrator.context.input_tokens_estimate": estimate,
+                        "orchestrator.context.cleared_results": cleared,
+                        "orchestrator.context.compacted": compacted,
+                        "orchestrator.context.cache_read_tokens": response.usage.cache_read_tokens,
+                    }
+                )
             calls = [b for b in response.content if isinstance(b, ToolUseBlock)]
             if response.stop_reason == "max_tokens" and calls:
                 response = await _generate(node, run, specs, min(max_tokens * 2, _MAX_OUTPUT_CAP))
@@ -388,6 +448,13 @@ async def _loop(node: AgentNode, run: RunState) -> None:
                     RunStatus.REFUSAL, "the model refused to continue (stop_reason refusal)"
                 )
                 return
+            if stop == "model_context_window_exceeded" and compaction_allowed and not context_retry:
+                context_retry = True
+                if response.content:  # the cut reply is not kept: the summary replaces it all
+                    node.replace_messages(node.messages[:-1])
+                if not await _compact(node, run, specs):
+                    return
+                continue
             if stop == "model_context_window_exceeded":
                 node.finish(
                     RunStatus.CONTEXT_EXCEEDED, "the transcript exceeded the model's context window"
@@ -421,6 +488,7 @@ async def _loop(node: AgentNode, run: RunState) -> None:
 
             # EXECUTE
             cut_text.clear()
+            context_retry = False
             results = await _execute(node, run, calls)
 
             # RESUME
@@ -438,12 +506,72 @@ def _turn_attributes(turn: int, path: str) -> dict[str, Any]:
     return {"orchestrator.turn.index": turn, "orchestrator.agent.path": path}
 
 
+def _context_window(model: Model) -> int | None:
+    window = getattr(model, "context_window", None)
+    return window if isinstance(window, int) else None
+
+
+async def _fit_context(node: AgentNode, run: RunState, specs: list[ToolSpec]) -> tuple[int, bool]:
+    """Clear old tool results and compact as the agent's context policy says."""
+    policy = node.context
+    cleared = 0
+    if policy.clear_results_after is not None:
+        messages, cleared = clear_old_results(
+            node.messages, policy.clear_results_after, policy.clear_batch
+        )
+        if cleared:
+            node.replace_messages(messages)
+    threshold = policy.compaction_threshold(_context_window(node.model))
+    if threshold is not None and node.estimate() > threshold and len(node.messages) > 1:
+        return cleared, await _compact(node, run, specs)
+    return cleared, False
+
+
+async def _compact(node: AgentNode, run: RunState, specs: list[ToolSpec]) -> bool:
+    """Replace the transcript by a checkpoint summary the model writes; False if the agent ended."""
+    with spans.span(
+        run.tracer,
+        f"compact {node.agent.name}",
+        SpanKind.INTERNAL,
+        partial(_turn_attributes, node.turns, node.path),
+    ) as s:
+        response = await _generate(
+            node, run, specs, node.agent.max_output_tokens, messages=summary_request(node.messages)
+        )
+        summary = text_of(response.content) if isinstance(response, ModelResponse) else ""
+        if node.status is not None:
+            return False
+        if not summary.strip():
+            node.finish(
+                RunStatus.CONTEXT_EXCEEDED,
+                "the transcript is too long and the model wrote no checkpoint summary",
+            )
+            return False
+        before = node.estimate()
+        node.replace_messages(compacted_transcript(node.task, summary))
+        if s.is_recording():
+            s.set_attributes(
+                {
+                    "orchestrator.context.tokens_before": before,
+                    "orchestrator.context.tokens_after": node.estimate(),
+                }
+            )
+        return True
+
+
 async def _generate(
-    node: AgentNode, run: RunState, specs: list[ToolSpec], max_tokens: int
+    node: AgentNode,
+    run: RunState,
+    specs: list[ToolSpec],
+    max_tokens: int,
+    messages: list[Message] | None = None,
 ) -> ModelResponse | None:
-    """One model call under the ledger and the concurrency limit; ``None`` if the agent ended."""
+    """One model call under the ledger and the concurrency limit.
+
+    ``None`` if the agent ended; :data:`CONTEXT_FULL` if the provider said the input is too long.
+    """
     model = node.model
-    estimate = (node._fixed_chars + node._chars) // 4 + 1
+    estimate = node.estimate()
     try:
         reservation = await node.ledger.reserve(
             estimate + max_tokens,
@@ -453,7 +581,12 @@ async def _generate(
         node.finish(RunStatus.BUDGET_EXCEEDED, str(exc))
         return None
     request = ModelRequest(
-        node.agent.instructions, tuple(node.messages), specs, max_tokens, node.info, estimate
+        node.agent.instructions,
+        tuple(node.messages if messages is None else messages),
+        specs,
+        max_tokens,
+        node.info,
+        estimate,
     )
     ctx = ModelContext(run.clients, _text_sink(run, node))
     usage: Usage | None = None
@@ -472,6 +605,8 @@ async def _generate(
                 except ModelError as exc:
                     usage = Usage()
                     spans.record_outcome(s, exc.kind, str(exc))
+                    if exc.kind == "context_exceeded":
+                        return CONTEXT_FULL
                     if exc.fatal:
                         run.fail(redact(str(exc)))
                     node.finish(RunStatus.ERROR, str(exc))
@@ -557,7 +692,11 @@ async def _call_one(
                 call.id,
                 (run, node, (node.turns, index), s),
             )
-            result = await execute(node.tools[call.name], call, ctx, node.runtime)
+            runtime = node.runtime
+            cap = node.context.result_caps.get(call.name)
+            if cap is not None and cap < runtime.max_result_chars:
+                runtime = dataclasses.replace(runtime, max_result_chars=cap)
+            result = await execute(node.tools[call.name], call, ctx, runtime)
         results[index] = result
         spans.record_tool_result(s, result)
         run.events.emit(ToolFinished(node.path, call.name, call.id, result.is_error))

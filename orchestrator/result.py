@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from .context import TurnContext
 from .errors import RunFailedError
 from .messages import Message, Usage, message_to_wire
 
@@ -50,6 +51,8 @@ class RunResult:
     depth: int = 0
     turns: int = 0
     run_id: str = ""
+    turn_log: list[TurnContext] = field(default_factory=list)
+    """Per turn: input size, results cleared, compaction, cache reads."""
 
     @property
     def ok(self) -> bool:

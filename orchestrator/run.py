@@ -20,6 +20,7 @@ from opentelemetry import trace
 
 from . import spans
 from .agent import Agent, AgentTree
+from .context import ContextPolicy
 from .errors import ConfigurationError
 from .events import Event, EventSink
 from .limits import Limits
@@ -107,6 +108,7 @@ async def open_run(
     tracer_provider: trace.TracerProvider | None = None,
     event_buffer: int = 4096,
     run_id: str | None = None,
+    context: ContextPolicy | None = None,
 ) -> AsyncIterator[RunHandle]:
     """Start ``agent`` on ``prompt`` and yield a :class:`RunHandle`.
 
@@ -114,7 +116,8 @@ async def open_run(
     whole run, filling what definitions leave unset and never loosening them. ``deps`` reaches
     tools as ``ToolContext.deps``. ``message_history`` is prepended to the root's transcript.
     ``event_buffer=0`` turns events off. ``run_id`` names the run (a random hex id by default;
-    it is ``gen_ai.conversation.id`` on every span). Raises
+    it is ``gen_ai.conversation.id`` on every span). ``context`` overrides every agent's
+    :class:`~orchestrator.context.ContextPolicy`. Raises
     :class:`~orchestrator.errors.ConfigurationError` before any model call if the tree cannot run.
     """
     state, root = _prepare(
@@ -128,6 +131,7 @@ async def open_run(
         tracer_provider,
         event_buffer,
         run_id,
+        context,
     )
     stack = AsyncExitStack()
     state.clients = ClientPool(stack)
@@ -160,6 +164,7 @@ def _prepare(
     tracer_provider: trace.TracerProvider | None,
     event_buffer: int,
     run_id: str | None = None,
+    context: ContextPolicy | None = None,
 ) -> tuple[RunState, AgentNode]:
     if not isinstance(agent, Agent):
         raise ConfigurationError(f"run() needs an Agent, got {type(agent).__name__}")
@@ -181,6 +186,7 @@ def _prepare(
         tracer=spans.get_tracer(tracer_provider),
         clients=ClientPool(AsyncExitStack()),
         thread_limiter=trio.CapacityLimiter(32),
+        context=context,
     )
     for a in tree.by_name.values():  # every agent must end up with a model
         if a.model is not None:
@@ -198,9 +204,8 @@ async def run(agent: Agent, prompt: str, **options: Any) -> RunResult:
 
 def run_sync(agent: Agent, prompt: str, **options: Any) -> RunResult:
     """:func:`run` under ``trio.run``, then a bounded flush of the global tracer provider."""
+    from .tracing import flush_tracer_provider
+
     result = trio.run(partial(run, agent, prompt, **options))
-    provider = options.get("tracer_provider") or trace.get_tracer_provider()
-    flush = getattr(provider, "force_flush", None)
-    if callable(flush):
-        flush(2000)
+    flush_tracer_provider(options.get("tracer_provider"), timeout=2.0)
     return result

@@ -16,7 +16,6 @@ is recording, so an unconfigured tracer costs next to nothing.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -27,19 +26,13 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from .cancellation import is_cancellation
 from .messages import Message, ToolResultBlock, ToolUseBlock, Usage, message_to_wire
 from .redact import redact
+from .tracing import content_capture_enabled
 
 if TYPE_CHECKING:
     from .models.base import ModelRequest, ModelResponse
 
-__all__ = ["content_capture_enabled", "get_tracer"]
+__all__ = ["get_tracer"]
 
-_CAPTURE_ON = {"true", "1", "yes", "span_only", "span_and_event"}
-
-
-def content_capture_enabled() -> bool:
-    """Whether message content goes on spans (``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``)."""
-    value = os.environ.get("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "")
-    return value.strip().lower() in _CAPTURE_ON
 
 
 def get_tracer(provider: trace.TracerProvider | None) -> Tracer:

@@ -17,6 +17,7 @@ from typing import Literal
 import trio
 
 from .agent import Agent
+from .context import ContextPolicy
 from .errors import ConfigurationError, ToolError
 from .limits import DEFAULT_LIMITS, TREE_WIDE_FIELDS, Ledger, Limits
 from .loop import AgentNode, Limiters, Quota, RunState, make_runtime, run_agent
@@ -63,6 +64,7 @@ def make_root(run: RunState, agent: Agent, prompt: str, history: list[Message]) 
         agent_quota=quota,
         deadline=run.deadline,
         own_deadline=math.inf,
+        context=run.context or agent.context or ContextPolicy(),
         task=prompt,
         runtime=make_runtime(limits, run),
     )
@@ -158,6 +160,7 @@ def make_child(
         agent_quota=quota,
         deadline=min(parent.deadline, own_deadline),
         own_deadline=own_deadline,
+        context=run.context or agent.context or ContextPolicy(),
         task=task,
         runtime=make_runtime(limits, run),
         parent=parent,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import urllib.error
 import urllib.request
 from collections import defaultdict
@@ -612,8 +613,6 @@ def render_trace(
 
 
 def _headers_from_env() -> dict[str, str]:
-    import os
-
     from opentelemetry.util.re import parse_env_headers
 
     raw = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_HEADERS") or os.environ.get(

@@ -385,10 +385,11 @@ class _CountingExporter(SpanExporter):
 class _CountingBatchSpanProcessor(BatchSpanProcessor):
     """A ``BatchSpanProcessor`` that knows how many spans it lost.
 
-    The SDK drops the oldest queued span when the queue is full and only logs it. Counting at
-    the edges is exact without touching the queue: a sampled span that ended here but was
-    never handed to the exporter, once the queue is drained, was dropped (queue overflow, or
-    ended after shutdown).
+    The SDK drops the oldest queued span when the queue is full and only logs it. So we count
+    at the edges: a sampled span that ended here, was never handed to the exporter and is no
+    longer queued was dropped (queue overflow, or ended after shutdown). Once the queue is
+    drained (after a flush or shutdown) this is exact; while spans flow it is off by at most
+    the batch the worker has just popped and not yet handed over.
     """
 
     def __init__(self, exporter: _CountingExporter, *, max_queue_size: int) -> None:
@@ -508,6 +509,13 @@ class TracingSetup:
         self._shut_down = False
         self._shutdown_lock = threading.Lock()
         atexit.register(self.shutdown)
+
+    def __enter__(self) -> TracingSetup:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        """``with configure_tracing() as setup:`` shuts down (bounded) on the way out."""
+        self.shutdown()
 
     def __repr__(self) -> str:
         return (

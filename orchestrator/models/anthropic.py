@@ -103,8 +103,14 @@ class Price:
     long_context: Price | None = None
 
     @classmethod
-    def of(cls, input: float, output: float, *, cache_write: float | None = None,
-           cache_read: float | None = None) -> Price:
+    def of(
+        cls,
+        input: float,
+        output: float,
+        *,
+        cache_write: float | None = None,
+        cache_read: float | None = None,
+    ) -> Price:
         """A price from input and output rates; cache write defaults to 1.25x input, read 0.1x."""
         return cls(
             input,
@@ -116,8 +122,11 @@ class Price:
     def cost(self, usage: Usage) -> float:
         """USD for ``usage`` (whose ``input_tokens`` includes cache reads and writes)."""
         price = self
-        if (self.long_context is not None and self.long_context_above is not None
-                and usage.input_tokens > self.long_context_above):
+        if (
+            self.long_context is not None
+            and self.long_context_above is not None
+            and usage.input_tokens > self.long_context_above
+        ):
             price = self.long_context
         uncached = max(0, usage.input_tokens - usage.cache_read_tokens - usage.cache_write_tokens)
         return (
@@ -129,26 +138,34 @@ class Price:
 
 
 _FABLE_5_1 = Price(10.0, 50.0, 12.5, 0.25)
-PRICES: Final[Mapping[str, Price]] = MappingProxyType({
-    # Keyed by model-name prefix; the longest matching prefix wins. USD per million tokens
-    # (Anthropic's published list prices, 2026-11; the 5-minute cache-write rate).
-    "claude-fable-5-2": _FABLE_5_1,  # assumed equal to 5.1 (not yet on the price list we read)
-    "claude-mythos-5-2": _FABLE_5_1,
-    "claude-fable-5-1": _FABLE_5_1,
-    "claude-mythos-5-1": _FABLE_5_1,
-    "claude-fable-5": Price(10.0, 50.0, 12.5, 1.0),
-    "claude-mythos-5": Price(10.0, 50.0, 12.5, 1.0),
-    "claude-mythos-preview": Price(10.0, 50.0, 12.5, 1.0),
-    "claude-opus-5-5": Price(4.0, 20.0, 5.0, 0.20),
-    "claude-opus-5": Price.of(5.0, 25.0),
-    "claude-opus-4": Price.of(5.0, 25.0),  # 4.5 to 4.8
-    "claude-sonnet-5-5": Price.of(2.0, 10.0),
-    "claude-sonnet-5": Price.of(2.0, 10.0),
-    "claude-sonnet-4": Price.of(3.0, 15.0),
-    "claude-haiku-5-5": Price(0.10, 0.50, 0.125, 0.01, long_context_above=100_000,
-                              long_context=Price(0.50, 2.50, 0.625, 0.05)),
-    "claude-haiku-4": Price.of(1.0, 5.0),
-})
+PRICES: Final[Mapping[str, Price]] = MappingProxyType(
+    {
+        # Keyed by model-name prefix; the longest matching prefix wins. USD per million tokens
+        # (Anthropic's published list prices, 2026-11; the 5-minute cache-write rate).
+        "claude-fable-5-2": _FABLE_5_1,  # assumed equal to 5.1 (not yet on the price list we read)
+        "claude-mythos-5-2": _FABLE_5_1,
+        "claude-fable-5-1": _FABLE_5_1,
+        "claude-mythos-5-1": _FABLE_5_1,
+        "claude-fable-5": Price(10.0, 50.0, 12.5, 1.0),
+        "claude-mythos-5": Price(10.0, 50.0, 12.5, 1.0),
+        "claude-mythos-preview": Price(10.0, 50.0, 12.5, 1.0),
+        "claude-opus-5-5": Price(4.0, 20.0, 5.0, 0.20),
+        "claude-opus-5": Price.of(5.0, 25.0),
+        "claude-opus-4": Price.of(5.0, 25.0),  # 4.5 to 4.8
+        "claude-sonnet-5-5": Price.of(2.0, 10.0),
+        "claude-sonnet-5": Price.of(2.0, 10.0),
+        "claude-sonnet-4": Price.of(3.0, 15.0),
+        "claude-haiku-5-5": Price(
+            0.10,
+            0.50,
+            0.125,
+            0.01,
+            long_context_above=100_000,
+            long_context=Price(0.50, 2.50, 0.625, 0.05),
+        ),
+        "claude-haiku-4": Price.of(1.0, 5.0),
+    }
+)
 """The default price table, by model-name prefix. Override with ``AnthropicModel(prices=...)``."""
 
 _FALLBACK_PRICE: Final = PRICES["claude-fable-5"]
@@ -240,44 +257,50 @@ class _BadResponse(Exception):
         self.kind = kind
 
 
-_FIXES: Final[Mapping[str, str]] = MappingProxyType({
-    "authentication": "check ANTHROPIC_API_KEY (the API rejected the key)",
-    "permission": "the key may not use this model or workspace; check its permissions",
-    "billing": "check the account's credit balance and billing settings",
-    "not_found": "check the model name (current: {models}) and ANTHROPIC_BASE_URL",
-    "invalid_request": "fix the request: model name, max_output_tokens and tool schemas",
-    "context_exceeded": "shorten the transcript or compact it",
-    "request_too_large": "shorten the transcript or tool results",
-    "rate_limit": "lower Limits.max_concurrency or raise the account's rate limit",
-    "overloaded": "the API is overloaded; try again later",
-})
+_FIXES: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "authentication": "check ANTHROPIC_API_KEY (the API rejected the key)",
+        "permission": "the key may not use this model or workspace; check its permissions",
+        "billing": "check the account's credit balance and billing settings",
+        "not_found": "check the model name (current: {models}) and ANTHROPIC_BASE_URL",
+        "invalid_request": "fix the request: model name, max_output_tokens and tool schemas",
+        "context_exceeded": "shorten the transcript or compact it",
+        "request_too_large": "shorten the transcript or tool results",
+        "rate_limit": "lower Limits.max_concurrency or raise the account's rate limit",
+        "overloaded": "the API is overloaded; try again later",
+    }
+)
 
-_STATUS_KINDS: Final[Mapping[int, tuple[str, bool, bool]]] = MappingProxyType({
-    # status: (kind, retryable, fatal)
-    401: ("authentication", False, True),
-    402: ("billing", False, True),
-    403: ("permission", False, True),
-    404: ("not_found", False, True),
-    408: ("timeout", True, False),
-    409: ("conflict", True, False),
-    413: ("request_too_large", False, False),
-    422: ("invalid_request", False, True),
-    429: ("rate_limit", True, False),
-    529: ("overloaded", True, False),
-})
+_STATUS_KINDS: Final[Mapping[int, tuple[str, bool, bool]]] = MappingProxyType(
+    {
+        # status: (kind, retryable, fatal)
+        401: ("authentication", False, True),
+        402: ("billing", False, True),
+        403: ("permission", False, True),
+        404: ("not_found", False, True),
+        408: ("timeout", True, False),
+        409: ("conflict", True, False),
+        413: ("request_too_large", False, False),
+        422: ("invalid_request", False, True),
+        429: ("rate_limit", True, False),
+        529: ("overloaded", True, False),
+    }
+)
 
-_STREAM_ERROR_KINDS: Final[Mapping[str, tuple[str, bool, bool]]] = MappingProxyType({
-    # error.type of an `event: error` in a 200 stream: (kind, retryable, fatal)
-    "overloaded_error": ("overloaded", True, False),
-    "api_error": ("api_error", True, False),
-    "rate_limit_error": ("rate_limit", True, False),
-    "timeout_error": ("timeout", True, False),
-    "invalid_request_error": ("invalid_request", False, True),
-    "authentication_error": ("authentication", False, True),
-    "permission_error": ("permission", False, True),
-    "billing_error": ("billing", False, True),
-    "not_found_error": ("not_found", False, True),
-})
+_STREAM_ERROR_KINDS: Final[Mapping[str, tuple[str, bool, bool]]] = MappingProxyType(
+    {
+        # error.type of an `event: error` in a 200 stream: (kind, retryable, fatal)
+        "overloaded_error": ("overloaded", True, False),
+        "api_error": ("api_error", True, False),
+        "rate_limit_error": ("rate_limit", True, False),
+        "timeout_error": ("timeout", True, False),
+        "invalid_request_error": ("invalid_request", False, True),
+        "authentication_error": ("authentication", False, True),
+        "permission_error": ("permission", False, True),
+        "billing_error": ("billing", False, True),
+        "not_found_error": ("not_found", False, True),
+    }
+)
 
 
 def _one_line(text: str) -> str:
@@ -326,11 +349,16 @@ def _classify(exc: Exception) -> _Failure | None:
         if exc.request_id:
             detail += f" [request-id {exc.request_id}]"
         if status == 200:
-            kind, retryable, fatal = _STREAM_ERROR_KINDS.get(etype, (etype or "api_error", False, False))
+            kind, retryable, fatal = _STREAM_ERROR_KINDS.get(
+                etype, (etype or "api_error", False, False)
+            )
         elif status == 400:
-            too_long = "prompt is too long" in message.lower() or "context window" in message.lower()
-            kind, retryable, fatal = ("context_exceeded", False, False) if too_long else (
-                "invalid_request", False, True)
+            too_long = (
+                "prompt is too long" in message.lower() or "context window" in message.lower()
+            )
+            kind, retryable, fatal = (
+                ("context_exceeded", False, False) if too_long else ("invalid_request", False, True)
+            )
         elif status in _STATUS_KINDS:
             kind, retryable, fatal = _STATUS_KINDS[status]
         elif status >= 500:
@@ -343,7 +371,9 @@ def _classify(exc: Exception) -> _Failure | None:
         elif should == "false":
             retryable = False
         retry_after = _retry_after(exc.response.headers) if status != 200 else None
-        return _Failure(kind, detail, retryable, fatal, retry_after, rate_limited=kind == "rate_limit")
+        return _Failure(
+            kind, detail, retryable, fatal, retry_after, rate_limited=kind == "rate_limit"
+        )
     if isinstance(exc, anthropic.APITimeoutError):
         return _Failure("timeout", "request timed out", retryable=True)
     if isinstance(exc, anthropic.APIConnectionError):
@@ -353,10 +383,13 @@ def _classify(exc: Exception) -> _Failure | None:
     if isinstance(exc, httpx2.TimeoutException):
         return _Failure("timeout", "stream timed out", retryable=True)
     if isinstance(exc, httpx2.RequestError):  # raised by the stream after the headers arrived
-        return _Failure("connection", _one_line(f"stream broken: {type(exc).__name__}: {exc}"),
-                        retryable=True)
+        return _Failure(
+            "connection", _one_line(f"stream broken: {type(exc).__name__}: {exc}"), retryable=True
+        )
     if isinstance(exc, anthropic.APIResponseValidationError | json.JSONDecodeError):
-        return _Failure("malformed_response", _one_line(f"unreadable response: {exc}"), retryable=True)
+        return _Failure(
+            "malformed_response", _one_line(f"unreadable response: {exc}"), retryable=True
+        )
     if isinstance(exc, anthropic.AnthropicError):
         return _Failure("client_error", _one_line(f"{type(exc).__name__}: {exc}"), retryable=False)
     return None
@@ -404,12 +437,16 @@ class _Assembler:
         try:
             payload = json.loads(data)
         except ValueError:
-            self.failure = _Failure("malformed_response", _one_line(
-                f"unreadable {name or 'stream'} event: {data[:80]}"), retryable=True)
+            self.failure = _Failure(
+                "malformed_response",
+                _one_line(f"unreadable {name or 'stream'} event: {data[:80]}"),
+                retryable=True,
+            )
             return
         if not isinstance(payload, dict):
-            self.failure = _Failure("malformed_response", f"{name} event is not an object",
-                                    retryable=True)
+            self.failure = _Failure(
+                "malformed_response", f"{name} event is not an object", retryable=True
+            )
             return
         kind = payload.get("type", name)
         if kind == "error" or name == "error":
@@ -418,14 +455,16 @@ class _Assembler:
             etype = str(error.get("type") or "api_error")
             kind_, retryable, fatal = _STREAM_ERROR_KINDS.get(etype, (etype, False, False))
             detail = _one_line(f"mid-stream {etype}: {error.get('message', '')}")
-            self.failure = _Failure(kind_, detail, retryable, fatal,
-                                    rate_limited=kind_ == "rate_limit")
+            self.failure = _Failure(
+                kind_, detail, retryable, fatal, rate_limited=kind_ == "rate_limit"
+            )
             return
         try:
             self._feed(str(kind), payload)
         except (_BadResponse, KeyError, TypeError, ValueError) as exc:
-            self.failure = _Failure("malformed_response", _one_line(
-                f"unexpected {kind} event: {exc}"), retryable=True)
+            self.failure = _Failure(
+                "malformed_response", _one_line(f"unexpected {kind} event: {exc}"), retryable=True
+            )
 
     def _usage(self, usage: Any) -> None:
         if not isinstance(usage, dict):
@@ -468,15 +507,22 @@ class _Assembler:
             if initial:
                 self._ctx.on_text_delta(initial)
         elif kind == "tool_use":
-            partial = _Partial("tool_use", id=str(block.get("id") or ""),
-                               name=str(block.get("name") or ""), initial_input=block.get("input"))
+            partial = _Partial(
+                "tool_use",
+                id=str(block.get("id") or ""),
+                name=str(block.get("name") or ""),
+                initial_input=block.get("input"),
+            )
             if not partial.id or not partial.name:
                 raise _BadResponse("tool_use block without id or name")
             self._blocks[index] = partial
             self._ctx.on_tool_call_start(partial.id, partial.name)
         elif kind == "thinking":
-            self._blocks[index] = _Partial("thinking", [str(block.get("thinking") or "")],
-                                           signature=str(block.get("signature") or ""))
+            self._blocks[index] = _Partial(
+                "thinking",
+                [str(block.get("thinking") or "")],
+                signature=str(block.get("signature") or ""),
+            )
         # other block types (server tools, redacted thinking) are not modelled by the transcript
 
     def _delta(self, index: int, delta: dict[str, Any]) -> None:
@@ -512,7 +558,9 @@ class _Assembler:
             elif partial.kind == "thinking":
                 blocks.append(ThinkingBlock(joined, partial.signature))
             else:
-                blocks.append(ToolUseBlock(partial.id, partial.name, self._tool_input(partial, joined)))
+                blocks.append(
+                    ToolUseBlock(partial.id, partial.name, self._tool_input(partial, joined))
+                )
         return tuple(blocks)
 
     def _tool_input(self, partial: _Partial, joined: str) -> dict[str, Any]:
@@ -677,8 +725,9 @@ class AnthropicModel:
             if not failure.rate_limited:  # (a rate-limited retry waits at the gate above)
                 await trio.sleep(delay)
 
-    async def _attempt(self, sdk: AsyncAnthropic, params: dict[str, Any],
-                       ctx: ModelContext) -> ModelResponse:
+    async def _attempt(
+        self, sdk: AsyncAnthropic, params: dict[str, Any], ctx: ModelContext
+    ) -> ModelResponse:
         import anthropic
 
         timeout: anthropic.Timeout | None = None
@@ -710,7 +759,8 @@ class AnthropicModel:
             raise _StreamFailed(assembler.failure)
         content = assembler.content()
         usage = Usage(
-            input_tokens=assembler.input_tokens + assembler.cache_write_tokens
+            input_tokens=assembler.input_tokens
+            + assembler.cache_write_tokens
             + assembler.cache_read_tokens,
             output_tokens=assembler.output_tokens,
             cache_read_tokens=assembler.cache_read_tokens,

@@ -1,0 +1,890 @@
+"""spawn_subagent through the public API: the tool's schema, fresh child transcripts, tool
+narrowing, refusals before a child starts, child answers and failures as tool results, subagents
+by name and recursion, tree validation before any model call, concurrency of one turn's
+children, deterministic paths and the RunResult tree.
+
+Every model here is a FunctionModel that decides from the request (agent name, turn count), so
+nothing depends on the order in which trio schedules concurrent children.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import trio
+
+from orchestrator import (
+    Agent,
+    ConfigurationError,
+    Limits,
+    Message,
+    ModelError,
+    RunResult,
+    RunStatus,
+    Usage,
+    run,
+    tool,
+)
+from orchestrator.models import FunctionModel, response, text, tool_call
+
+# ---------------------------------------------------------------------------------------------
+# helpers (kept local: these files are self-contained)
+
+
+def turn_of(request: Any) -> int:
+    """How many assistant turns the request's transcript already holds."""
+    return sum(1 for m in request.messages if m.role == "assistant")
+
+
+def spawn(agent: str, task: str, tools: list[str] | None = None, id: str | None = None) -> Any:
+    args: dict[str, Any] = {"agent": agent, "task": task}
+    if tools is not None:
+        args["tools"] = tools
+    return tool_call("spawn_subagent", args, id=id)
+
+
+class Script:
+    """A FunctionModel body: ``plans[agent_name]`` is a list of steps (by turn) or a function
+    ``(request, turn) -> step``; past the end of a list the agent answers ``done <path>``.
+    Records every request, and how many model calls are in flight at once."""
+
+    def __init__(
+        self,
+        plans: dict[str, Any],
+        latency: float | Callable[[Any], float] = 0.0,
+    ) -> None:
+        self.plans = plans
+        self.latency = latency
+        self.requests: list[Any] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+
+    async def __call__(self, request: Any) -> Any:
+        # a snapshot: the request's transcript may be the agent's live list, which grows later
+        self.requests.append(
+            SimpleNamespace(
+                agent=request.agent,
+                system=request.system,
+                tools=list(request.tools),
+                max_tokens=request.max_tokens,
+                messages=list(request.messages),
+            )
+        )
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            delay = self.latency(request) if callable(self.latency) else self.latency
+            if delay:
+                await trio.sleep(delay)
+            plan = self.plans.get(request.agent.name, [])
+            turn = turn_of(request)
+            if callable(plan):
+                return plan(request, turn)
+            if turn < len(plan):
+                step = plan[turn]
+                return step(request) if callable(step) else step
+            return text(f"done {request.agent.path}")
+        finally:
+            self.in_flight -= 1
+
+    @property
+    def model(self) -> FunctionModel:
+        return FunctionModel(self)
+
+    def calls(self, agent_name: str) -> int:
+        return sum(1 for r in self.requests if r.agent.name == agent_name)
+
+    def first_request(self, path: str) -> Any:
+        return next(r for r in self.requests if r.agent.path == path)
+
+    def tool_names(self, path: str) -> set[str]:
+        return {t.name for t in self.first_request(path).tools}
+
+    def paths(self) -> list[str]:
+        return sorted({r.agent.path for r in self.requests})
+
+
+def nodes(result: RunResult) -> Iterator[RunResult]:
+    yield result
+    for child in result.children:
+        yield from nodes(child)
+
+
+def assert_valid_transcript(messages: list[Message]) -> None:
+    """Every tool_use is answered by exactly one tool_result, all in the next user message, in
+    call order; no tool_result answers anything else."""
+    for i, m in enumerate(messages):
+        uses = [b.id for b in m.content if b.type == "tool_use"]
+        results = [b.tool_use_id for b in m.content if b.type == "tool_result"]
+        if m.role == "assistant":
+            assert not results, f"message {i}: tool_result in an assistant message"
+        if uses:
+            assert m.role == "assistant"
+            assert i + 1 < len(messages), f"message {i}: tool_use {uses} never answered"
+            nxt = messages[i + 1]
+            assert nxt.role == "user"
+            answered = [b.tool_use_id for b in nxt.content if b.type == "tool_result"]
+            assert answered == uses, f"message {i + 1} answers {answered}, expected {uses}"
+        if results:
+            assert i > 0
+            asked = [b.id for b in messages[i - 1].content if b.type == "tool_use"]
+            assert results == asked, f"message {i} answers {results}, asked were {asked}"
+
+
+def tool_results(messages: list[Message]) -> list[Any]:
+    return [b for m in messages for b in m.content if b.type == "tool_result"]
+
+
+def result_for(messages: list[Message], call_id: str) -> Any:
+    return next(b for b in tool_results(messages) if b.tool_use_id == call_id)
+
+
+@tool
+async def search(query: str) -> str:
+    """Search the corpus.
+
+    Args:
+        query: what to look for
+    """
+    return f"hits for {query}"
+
+
+@tool
+async def fetch(url: str) -> str:
+    """Fetch a page.
+
+    Args:
+        url: the address
+    """
+    return f"page {url}"
+
+
+@tool
+async def calc(expr: str) -> str:
+    """Evaluate an arithmetic expression.
+
+    Args:
+        expr: the expression
+    """
+    return "42"
+
+
+# ---------------------------------------------------------------------------------------------
+# the spawn_subagent tool
+
+
+async def test_spawn_tool_schema_lists_subagents_by_name_with_their_descriptions() -> None:
+    script = Script({"lead": [text("no need")]})
+    researcher = Agent("researcher", "Research.", description="finds sources on a topic")
+    writer = Agent("writer", "Write.", description="turns notes into prose")
+    lead = Agent("lead", "Lead.", subagents=[researcher, writer], model=script.model)
+
+    result = await run(lead, "q")
+
+    assert result.status is RunStatus.COMPLETED
+    specs = {t.name: t for t in script.first_request("lead").tools}
+    assert "spawn_subagent" in specs
+    spec = specs["spawn_subagent"]
+    props = spec.input_schema["properties"]
+    assert props["agent"]["enum"] == ["researcher", "writer"]
+    assert props["task"]["type"] == "string"
+    assert "tools" in props
+    assert set(spec.input_schema["required"]) == {"agent", "task"}
+    assert "researcher" in spec.description and "finds sources on a topic" in spec.description
+    assert "writer" in spec.description and "turns notes into prose" in spec.description
+
+
+async def test_agent_without_subagents_gets_no_spawn_tool() -> None:
+    script = Script({"solo": [text("ok")]})
+    solo = Agent("solo", "Alone.", tools=[search], model=script.model)
+
+    await run(solo, "q")
+
+    assert script.tool_names("solo") == {"search"}
+
+
+async def test_child_starts_with_fresh_transcript_of_its_instructions_and_task_only() -> None:
+    # the history already holds an assistant turn: decide from the tool results instead
+    script = Script(
+        {
+            "lead": lambda req, turn: (
+                text("done")
+                if tool_results(list(req.messages))
+                else spawn("researcher", "find the capital of France")
+            )
+        }
+    )
+    researcher = Agent("researcher", "You are a careful researcher.")
+    lead = Agent("lead", "You lead.", subagents=[researcher], model=script.model)
+    history = [Message.user("secret earlier question"), Message.assistant("secret earlier answer")]
+
+    result = await run(lead, "the parent's prompt", message_history=history)
+
+    assert result.status is RunStatus.COMPLETED
+    first = script.first_request("lead/researcher#1")
+    assert first.system == "You are a careful researcher."
+    assert [(m.role, [b.type for b in m.content]) for m in first.messages] == [("user", ["text"])]
+    assert first.messages[0].content[0].text == "find the capital of France"
+    child = result.children[0]
+    assert child.messages[0].content[0].text == "find the capital of France"
+    everything = repr(child.messages) + repr([r.messages for r in script.requests if r.agent.depth])
+    for leaked in ("secret earlier", "the parent's prompt", "You lead."):
+        assert leaked not in everything
+
+
+async def test_child_without_own_tool_list_gets_the_parents_tools_but_not_its_spawn_tool() -> None:
+    script = Script({"lead": [spawn("researcher", "t")]})
+    researcher = Agent("researcher", "R.")  # tools=None: the parent's
+    lead = Agent("lead", "L.", tools=[search, fetch], subagents=[researcher], model=script.model)
+
+    await run(lead, "q")
+
+    assert script.tool_names("lead") == {"search", "fetch", "spawn_subagent"}
+    assert script.tool_names("lead/researcher#1") == {"search", "fetch"}
+
+
+async def test_child_with_own_tool_list_gets_exactly_those_tools() -> None:
+    script = Script({"lead": [spawn("mathematician", "t")]})
+    mathematician = Agent("mathematician", "M.", tools=[calc])
+    lead = Agent("lead", "L.", tools=[search, fetch], subagents=[mathematician], model=script.model)
+
+    await run(lead, "q")
+
+    assert script.tool_names("lead/mathematician#1") == {"calc"}
+
+
+async def test_child_with_empty_tool_list_gets_no_tools() -> None:
+    script = Script({"lead": [spawn("thinker", "t")]})
+    thinker = Agent("thinker", "T.", tools=[])
+    lead = Agent("lead", "L.", tools=[search], subagents=[thinker], model=script.model)
+
+    await run(lead, "q")
+
+    assert script.tool_names("lead/thinker#1") == set()
+
+
+async def test_requested_tool_subset_narrows_the_childs_tools() -> None:
+    script = Script({"lead": [spawn("researcher", "t", tools=["search"])]})
+    researcher = Agent("researcher", "R.")
+    lead = Agent("lead", "L.", tools=[search, fetch], subagents=[researcher], model=script.model)
+
+    result = await run(lead, "q")
+
+    assert result.status is RunStatus.COMPLETED
+    assert script.tool_names("lead/researcher#1") == {"search"}
+
+
+async def test_requested_subset_narrows_a_childs_own_tool_list() -> None:
+    script = Script({"lead": [spawn("researcher", "t", tools=["fetch"])]})
+    researcher = Agent("researcher", "R.", tools=[search, fetch, calc])
+    lead = Agent("lead", "L.", subagents=[researcher], model=script.model)
+
+    await run(lead, "q")
+
+    assert script.tool_names("lead/researcher#1") == {"fetch"}
+
+
+async def test_empty_requested_subset_leaves_the_child_without_tools() -> None:
+    script = Script({"lead": [spawn("researcher", "t", tools=[])]})
+    researcher = Agent("researcher", "R.")
+    lead = Agent("lead", "L.", tools=[search], subagents=[researcher], model=script.model)
+
+    await run(lead, "q")
+
+    assert script.tool_names("lead/researcher#1") == set()
+
+
+async def test_request_for_a_tool_outside_the_childs_set_is_refused_before_any_child_starts() -> (
+    None
+):
+    script = Script({"lead": [spawn("mathematician", "t", tools=["calc", "search"], id="s1")]})
+    mathematician = Agent("mathematician", "M.", tools=[calc])
+    lead = Agent("lead", "L.", tools=[search], subagents=[mathematician], model=script.model)
+
+    result = await run(lead, "q")
+
+    assert result.status is RunStatus.COMPLETED
+    refused = result_for(result.messages, "s1")
+    assert refused.is_error
+    assert "search" in refused.content and "calc" in refused.content
+    assert result.children == []
+    assert script.calls("mathematician") == 0
+
+
+async def test_request_cannot_widen_a_child_to_its_parents_tools() -> None:
+    """The parent holds `fetch`, but the child's definition does not: asking for it is refused."""
+    script = Script({"lead": [spawn("mathematician", "t", tools=["fetch"], id="s1")]})
+    mathematician = Agent("mathematician", "M.", tools=[calc])
+    lead = Agent("lead", "L.", tools=[fetch], subagents=[mathematician], model=script.model)
+
+    result = await run(lead, "q")
+
+    assert result_for(result.messages, "s1").is_error
+    assert result.children == []
+    assert script.calls("mathematician") == 0
+
+
+async def test_request_for_an_unknown_agent_is_refused_before_any_child_starts() -> None:
+    script = Script({"lead": [spawn("ghost", "t", id="s1")]})
+    researcher = Agent("researcher", "R.")
+    lead = Agent("lead", "L.", subagents=[researcher], model=script.model)
+
+    result = await run(lead, "q")
+
+    assert result.status is RunStatus.COMPLETED
+    refused = result_for(result.messages, "s1")
+    assert refused.is_error
+    assert "researcher" in refused.content  # says what it may spawn instead
+    assert result.children == []
+    assert script.paths() == ["lead"]
+
+
+async def test_child_cannot_call_a_tool_it_was_narrowed_away_from() -> None:
+    executed: list[str] = []
+
+    @tool
+    async def fetch_counted(url: str) -> str:
+        """Fetch.
+
+        Args:
+            url: where
+        """
+        executed.append(url)
+        return "page"
+
+    script = Script(
+        {
+            "lead": [spawn("researcher", "t", tools=["search"])],
+            "researcher": [tool_call("fetch_counted", {"url": "x"}, id="f1"), text("gave up")],
+        }
+    )
+    researcher = Agent("researcher", "R.")
+    lead = Agent(
+        "lead", "L.", tools=[search, fetch_counted], subagents=[researcher], model=script.model
+    )
+
+    result = await run(lead, "q")
+
+    child = result.children[0]
+    assert result_for(child.messages, "f1").is_error
+    assert executed == []
+
+
+async def test_childs_final_answer_is_the_whole_tool_result() -> None:
+    script = Script(
+        {
+            "lead": [spawn("researcher", "t", id="s1")],
+            "researcher": [
+                [text("let me search first"), tool_call("search", {"query": "x"})],
+                text("THE FINAL ANSWER"),
+            ],
+        }
+    )
+    researcher = Agent("researcher", "R.", tools=[search])
+    lead = Agent("lead", "L.", subagents=[researcher], model=script.model)
+
+    result = await run(lead, "q")
+
+    assert result.status is RunStatus.COMPLETED
+    answer = result_for(result.messages, "s1")
+    assert not answer.is_error
+    assert answer.content == "THE FINAL ANSWER"
+    assert result.children[0].output == "THE FINAL ANSWER"
+    # and the lead's next request carries exactly that, nothing else of the child's transcript
+    second = [r for r in script.requests if r.agent.path == "lead"][1]
+    assert result_for(list(second.messages), "s1").content == "THE FINAL ANSWER"
+    assert "let me search first" not in repr(second.messages)
+    assert "hits for x" not in repr(second.messages)
+
+
+async def test_child_that_did_not_complete_returns_is_error_with_status_reason_and_summary() -> (
+    None
+):
+    script = Script(
+        {
+            "lead": [spawn("researcher", "t", id="s1"), text("lead finished anyway")],
+            "researcher": lambda req, turn: [
+                text(f"progress note {turn}: found the 1887 survey"),
+                tool_call("search", {"query": f"q{turn}"}),
+            ],
+        }
+    )
+    researcher = Agent("researcher", "R.", tools=[search], limits=Limits(max_turns=2))
+    lead = Agent("lead", "L.", subagents=[researcher], model=script.model)
+
+    result = await run(lead, "q")
+
+    assert result.status is RunStatus.COMPLETED
+    assert result.output == "lead finished anyway"
+    child = result.children[0]
+    assert child.status is RunStatus.MAX_TURNS
+    assert child.error
+    failed = result_for(result.messages, "s1")
+    assert failed.is_error
+    assert "max_turns" in failed.content  # its status
+    assert child.error in failed.content  # its one-line reason
+    assert "1887 survey" in failed.content  # a summary of what it had done
+    assert len(failed.content) < 2000
+
+
+async def test_child_model_failure_comes_back_as_is_error_result_and_the_parent_continues() -> None:
+    def researcher(req: Any, turn: int) -> Any:
+        raise ModelError("provider overloaded after retries", kind="overloaded")
+
+    script = Script(
+        {"lead": [spawn("researcher", "t", id="s1"), text("carried on")], "researcher": researcher}
+    )
+    lead = Agent("lead", "L.", subagents=[Agent("researcher", "R.")], model=script.model)
+
+    result = await run(lead, "q")
+
+    assert result.status is RunStatus.COMPLETED
+    assert result.output == "carried on"
+    assert result.children[0].status is RunStatus.ERROR
+    failed = result_for(result.messages, "s1")
+    assert failed.is_error
+    assert "error" in failed.content and "overloaded" in failed.content
+
+
+async def test_child_without_a_model_uses_its_parents_model() -> None:
+    script = Script({"lead": [spawn("researcher", "t", id="s1")], "researcher": [text("hi")]})
+    lead = Agent("lead", "L.", subagents=[Agent("researcher", "R.")], model=script.model)
+
+    result = await run(lead, "q")
+
+    assert result_for(result.messages, "s1").content == "hi"
+    assert script.calls("researcher") == 1
+
+
+async def test_child_with_its_own_model_uses_it() -> None:
+    child_script = Script({"researcher": [text("from the child's model")]})
+    script = Script({"lead": [spawn("researcher", "t", id="s1")]})
+    researcher = Agent("researcher", "R.", model=child_script.model)
+    lead = Agent("lead", "L.", subagents=[researcher], model=script.model)
+
+    result = await run(lead, "q")
+
+    assert result_for(result.messages, "s1").content == "from the child's model"
+    assert script.calls("researcher") == 0
+    assert child_script.calls("researcher") == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# subagents by name, recursion, validation of the tree
+
+
+async def test_subagent_given_by_name_resolves_to_its_definition_elsewhere_in_the_tree() -> None:
+    script = Script(
+        {
+            "lead": [spawn("editor", "polish", id="s1")],
+            "editor": [text("polished")],
+        }
+    )
+    editor = Agent("editor", "Edit.", description="polishes text")
+    writer = Agent("writer", "Write.", subagents=[editor])
+    lead = Agent("lead", "L.", subagents=[writer, "editor"], model=script.model)
+
+    result = await run(lead, "q")
+
+    assert result.status is RunStatus.COMPLETED
+    assert result_for(result.messages, "s1").content == "polished"
+    assert script.first_request("lead/editor#1").system == "Edit."
+    spec = next(t for t in script.first_request("lead").tools if t.name == "spawn_subagent")
+    assert spec.input_schema["properties"]["agent"]["enum"] == ["writer", "editor"]
+    assert "polishes text" in spec.description
+
+
+async def test_recursion_by_own_name_is_bounded_by_max_depth() -> None:
+    def recurse(req: Any, turn: int) -> Any:
+        if turn == 0 and any(t.name == "spawn_subagent" for t in req.tools):
+            return spawn("explorer", f"go deeper from {req.agent.path}")
+        return text(f"bottom reached at depth {req.agent.depth}" if turn == 0 else "up")
+
+    script = Script({"explorer": recurse})
+    explorer = Agent("explorer", "Explore.", subagents=["explorer"], model=script.model)
+
+    result = await run(explorer, "q", limits=Limits(max_depth=2))
+
+    assert result.status is RunStatus.COMPLETED
+    assert script.paths() == ["explorer", "explorer/explorer#1", "explorer/explorer#1/explorer#1"]
+    depths = {r.agent.path: r.agent.depth for r in script.requests}
+    assert depths == {
+        "explorer": 0,
+        "explorer/explorer#1": 1,
+        "explorer/explorer#1/explorer#1": 2,
+    }
+    assert "spawn_subagent" in script.tool_names("explorer")
+    assert "spawn_subagent" in script.tool_names("explorer/explorer#1")
+    assert "spawn_subagent" not in script.tool_names("explorer/explorer#1/explorer#1")
+    deepest = result.children[0].children[0]
+    assert deepest.children == []
+    assert deepest.output == "bottom reached at depth 2"
+
+
+async def test_default_max_depth_of_three_bounds_unlimited_recursion() -> None:
+    def recurse(req: Any, turn: int) -> Any:
+        if turn == 0 and any(t.name == "spawn_subagent" for t in req.tools):
+            return spawn("explorer", "deeper")
+        return text("ok")
+
+    script = Script({"explorer": recurse})
+    explorer = Agent("explorer", "Explore.", subagents=["explorer"], model=script.model)
+
+    result = await run(explorer, "q")
+
+    assert result.status is RunStatus.COMPLETED
+    assert max(r.agent.depth for r in script.requests) == 3
+    assert len(list(nodes(result))) == 4
+
+
+def counting_model() -> tuple[FunctionModel, list[Any]]:
+    calls: list[Any] = []
+
+    def fn(req: Any) -> Any:
+        calls.append(req)
+        return text("should never be called")
+
+    return FunctionModel(fn), calls
+
+
+async def test_unresolved_subagent_name_is_a_configuration_error_before_any_model_call() -> None:
+    model, calls = counting_model()
+    lead = Agent("lead", "L.", subagents=[Agent("researcher", "R."), "reseacher"], model=model)
+
+    with pytest.raises(ConfigurationError, match="reseacher"):
+        await run(lead, "q")
+    assert calls == []
+
+
+async def test_unresolved_name_deep_in_the_tree_is_a_configuration_error_before_any_model_call() -> (
+    None
+):
+    model, calls = counting_model()
+    deep = Agent("deep", "D.", subagents=["nobody"])
+    lead = Agent("lead", "L.", subagents=[Agent("mid", "M.", subagents=[deep])], model=model)
+
+    with pytest.raises(ConfigurationError, match="nobody"):
+        await run(lead, "q")
+    assert calls == []
+
+
+async def test_duplicate_subagent_names_are_a_configuration_error_before_any_model_call() -> None:
+    model, calls = counting_model()
+    researcher = Agent("researcher", "R.")
+
+    with pytest.raises(ConfigurationError, match="researcher"):
+        lead = Agent("lead", "L.", subagents=[researcher, researcher], model=model)
+        await run(lead, "q")
+    with pytest.raises(ConfigurationError, match="researcher"):
+        lead = Agent("lead", "L.", subagents=[researcher, "researcher"], model=model)
+        await run(lead, "q")
+    assert calls == []
+
+
+async def test_two_different_agents_with_one_name_are_a_configuration_error_before_any_model_call() -> (
+    None
+):
+    model, calls = counting_model()
+    first = Agent("helper", "Help with facts.")
+    second = Agent("helper", "Help with prose.")
+    writer = Agent("writer", "W.", subagents=[second])
+    lead = Agent("lead", "L.", subagents=[first, writer], model=model)
+
+    with pytest.raises(ConfigurationError, match="helper"):
+        await run(lead, "q")
+    assert calls == []
+
+
+async def test_subagent_sharing_the_roots_name_is_a_configuration_error() -> None:
+    model, calls = counting_model()
+    lead = Agent("lead", "L.", subagents=[Agent("lead", "an impostor")], model=model)
+
+    with pytest.raises(ConfigurationError, match="lead"):
+        await run(lead, "q")
+    assert calls == []
+
+
+async def test_output_cap_larger_than_the_token_budget_is_a_configuration_error() -> None:
+    model, calls = counting_model()
+    researcher = Agent("researcher", "R.", max_output_tokens=5000)
+    lead = Agent("lead", "L.", subagents=[researcher], model=model, max_output_tokens=100)
+
+    with pytest.raises(ConfigurationError, match="researcher"):
+        await run(lead, "q", limits=Limits(token_budget=1000))
+    assert calls == []
+
+
+async def test_one_definition_reused_under_two_parents_is_allowed() -> None:
+    script = Script(
+        {
+            "lead": [[spawn("writer", "w"), spawn("helper", "h")]],
+            "writer": [spawn("helper", "hw")],
+        }
+    )
+    helper = Agent("helper", "H.")
+    writer = Agent("writer", "W.", subagents=[helper])
+    lead = Agent("lead", "L.", subagents=[writer, helper], model=script.model)
+
+    result = await run(lead, "q")
+
+    assert result.status is RunStatus.COMPLETED
+    assert "lead/writer#1/helper#1" in script.paths()
+    assert "lead/helper#1" in script.paths()
+
+
+# ---------------------------------------------------------------------------------------------
+# concurrency of one turn's children, spawn order, paths
+
+
+async def test_children_of_one_turn_run_concurrently_in_about_one_latency(autojump_clock) -> None:
+    n, latency = 6, 1.0
+    script = Script(
+        {"lead": [[spawn("researcher", f"task {i}") for i in range(n)]]}, latency=latency
+    )
+    lead = Agent("lead", "L.", subagents=[Agent("researcher", "R.")], model=script.model)
+
+    start = trio.current_time()
+    result = await run(lead, "q")
+    elapsed = trio.current_time() - start
+
+    assert result.status is RunStatus.COMPLETED
+    assert len(result.children) == n
+    # lead's first call, the children in parallel, lead's second call: 3 latencies, not n + 2
+    assert elapsed == pytest.approx(3 * latency, abs=0.1)
+    assert script.max_in_flight == n
+
+
+async def test_two_levels_of_parallel_children_take_about_one_latency_per_level(
+    autojump_clock,
+) -> None:
+    latency = 2.0
+    script = Script(
+        {
+            "lead": [[spawn("researcher", f"r{i}") for i in range(3)]],
+            "researcher": [[spawn("reader", f"p{i}") for i in range(3)]],
+        },
+        latency=latency,
+    )
+    reader = Agent("reader", "Read.")
+    researcher = Agent("researcher", "R.", subagents=[reader])
+    lead = Agent("lead", "L.", subagents=[researcher], model=script.model)
+
+    start = trio.current_time()
+    result = await run(lead, "q")
+    elapsed = trio.current_time() - start
+
+    assert result.status is RunStatus.COMPLETED
+    assert len(list(nodes(result))) == 1 + 3 + 9
+    # lead, researchers, readers, researchers again, lead again: 5 latencies (13 calls serially)
+    assert elapsed == pytest.approx(5 * latency, abs=0.1)
+
+
+async def test_children_appear_in_spawn_order_whatever_order_they_finish(autojump_clock) -> None:
+    # the first spawned child is the slowest
+    def latency(req: Any) -> float:
+        if req.agent.name == "researcher":
+            return {"a": 3.0, "b": 2.0, "c": 1.0}[req.messages[0].content[0].text]
+        return 0.0
+
+    script = Script(
+        {
+            "lead": [[spawn("researcher", t) for t in ("a", "b", "c")]],
+            "researcher": lambda req, turn: text(f"answer {req.messages[0].content[0].text}"),
+        },
+        latency=latency,
+    )
+    lead = Agent("lead", "L.", subagents=[Agent("researcher", "R.")], model=script.model)
+
+    result = await run(lead, "q")
+
+    finish_order = [r.agent.path for r in script.requests if r.agent.depth == 1]
+    assert [c.output for c in result.children] == ["answer a", "answer b", "answer c"]
+    assert [c.messages[0].content[0].text for c in result.children] == ["a", "b", "c"]
+    assert [c.path for c in result.children] == [
+        "lead/researcher#1",
+        "lead/researcher#2",
+        "lead/researcher#3",
+    ]
+    assert len(finish_order) == 3
+    # each spawn's tool_result is its own child's answer, in call order
+    assert [b.content for b in tool_results(result.messages)] == [
+        "answer a",
+        "answer b",
+        "answer c",
+    ]
+
+
+async def test_paths_are_numbered_per_agent_name_in_spawn_order_across_turns() -> None:
+    script = Script(
+        {
+            "lead": [
+                [spawn("researcher", "r1"), spawn("writer", "w1"), spawn("researcher", "r2")],
+                spawn("researcher", "r3"),
+            ],
+            "researcher": lambda req, turn: (
+                spawn("reader", "deep")
+                if turn == 0 and req.messages[0].content[0].text == "r1"
+                else text(f"done {req.agent.path}")
+            ),
+        }
+    )
+    reader = Agent("reader", "Read.")
+    researcher = Agent("researcher", "R.", subagents=[reader])
+    lead = Agent("lead", "L.", subagents=[researcher, Agent("writer", "W.")], model=script.model)
+
+    result = await run(lead, "q")
+
+    assert result.status is RunStatus.COMPLETED
+    assert [c.path for c in result.children] == [
+        "lead/researcher#1",
+        "lead/writer#1",
+        "lead/researcher#2",
+        "lead/researcher#3",
+    ]
+    assert [c.messages[0].content[0].text for c in result.children] == ["r1", "w1", "r2", "r3"]
+    assert [c.path for c in result.children[0].children] == ["lead/researcher#1/reader#1"]
+    # the path the model saw is the path of the result
+    for node in nodes(result):
+        assert node.path in script.paths()
+
+
+async def test_paths_are_the_same_on_every_run_of_one_definition(autojump_clock) -> None:
+    def latency(req: Any) -> float:
+        return (hash(req.agent.path) % 7) / 10
+
+    plans = {"lead": [[spawn("researcher", f"r{i}") for i in range(4)]]}
+    lead_of = lambda script: Agent(  # noqa: E731
+        "lead", "L.", subagents=[Agent("researcher", "R.")], model=script.model
+    )
+    seen = []
+    for _ in range(3):
+        script = Script(plans, latency=latency)
+        result = await run(lead_of(script), "q")
+        seen.append([(c.path, c.messages[0].content[0].text) for c in result.children])
+    assert seen[0] == seen[1] == seen[2]
+    assert seen[0] == [(f"lead/researcher#{i + 1}", f"r{i}") for i in range(4)]
+
+
+async def test_one_definition_runs_twice_at_once_with_separate_state(autojump_clock) -> None:
+    script = Script(
+        {
+            "lead": lambda req, turn: (
+                spawn("researcher", req.messages[0].content[0].text)
+                if turn == 0
+                else text(f"lead got: {tool_results(list(req.messages))[0].content}")
+            ),
+            "researcher": lambda req, turn: text(f"answer to {req.messages[0].content[0].text}"),
+        },
+        latency=1.0,
+    )
+    lead = Agent("lead", "L.", subagents=[Agent("researcher", "R.")], model=script.model)
+    results: dict[str, RunResult] = {}
+
+    async def one(prompt: str) -> None:
+        results[prompt] = await run(lead, prompt)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(one, "alpha")
+        nursery.start_soon(one, "beta")
+
+    assert results["alpha"].output == "lead got: answer to alpha"
+    assert results["beta"].output == "lead got: answer to beta"
+    assert len(results["alpha"].children) == len(results["beta"].children) == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# the RunResult tree
+
+
+async def test_result_tree_has_own_usage_per_node_and_usage_per_subtree() -> None:
+    billed: dict[str, list[Usage]] = defaultdict(list)
+
+    def usage_for(req: Any, turn: int) -> Usage:
+        base = 10 * (req.agent.depth + 1) + turn + len(req.agent.path)
+        return Usage(
+            input_tokens=base * 3,
+            output_tokens=base,
+            cache_read_tokens=base,
+            cache_write_tokens=turn,
+        )
+
+    def step(blocks: list[Any]) -> Callable[[Any, int], Any]:
+        def fn(req: Any, turn: int) -> Any:
+            u = usage_for(req, turn)
+            billed[req.agent.path].append(u)
+            return response(*blocks, usage=u)
+
+        return fn
+
+    def plan_of(*turns: list[Any]) -> Callable[[Any, int], Any]:
+        def fn(req: Any, turn: int) -> Any:
+            blocks = turns[turn] if turn < len(turns) else [text(f"done {req.agent.path}")]
+            return step(blocks)(req, turn)
+
+        return fn
+
+    script = Script(
+        {
+            "lead": plan_of([spawn("researcher", "a"), spawn("researcher", "b")]),
+            "researcher": plan_of([spawn("reader", "x")], [tool_call("search", {"query": "q"})]),
+            "reader": plan_of(),
+        }
+    )
+    reader = Agent("reader", "Read.")
+    researcher = Agent("researcher", "R.", tools=[search], subagents=[reader])
+    lead = Agent(
+        "lead",
+        "L.",
+        subagents=[researcher],
+        model=FunctionModel(script, prices=lambda u: u.output_tokens * 0.001),
+    )
+
+    result = await run(lead, "q")
+
+    assert result.status is RunStatus.COMPLETED
+    all_nodes = list(nodes(result))
+    assert len(all_nodes) == 1 + 2 + 2
+    assert {n.path for n in all_nodes} == set(billed)
+    for node in all_nodes:
+        own = billed[node.path]
+        for field in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"):
+            assert getattr(node.own_usage, field) == sum(getattr(u, field) for u in own), field
+            expected = getattr(node.own_usage, field) + sum(
+                getattr(c.usage, field) for c in node.children
+            )
+            assert getattr(node.usage, field) == expected, (node.path, field)
+        assert node.own_usage.cost_usd == pytest.approx(sum(u.output_tokens for u in own) * 0.001)
+        assert node.usage.cost_usd == pytest.approx(
+            node.own_usage.cost_usd + sum(c.usage.cost_usd for c in node.children)
+        )
+    everything = [u for us in billed.values() for u in us]
+    assert result.usage.input_tokens == sum(u.input_tokens for u in everything)
+    assert result.usage.output_tokens == sum(u.output_tokens for u in everything)
+
+
+async def test_result_tree_nodes_carry_agent_name_status_output_and_transcript() -> None:
+    script = Script(
+        {"lead": [[spawn("researcher", "a"), spawn("writer", "b")]], "writer": [text("prose")]}
+    )
+    lead = Agent(
+        "lead",
+        "L.",
+        subagents=[Agent("researcher", "R."), Agent("writer", "W.")],
+        model=script.model,
+    )
+
+    result = await run(lead, "q")
+
+    assert result.agent_name == "lead"
+    assert [c.agent_name for c in result.children] == ["researcher", "writer"]
+    assert [c.status for c in result.children] == [RunStatus.COMPLETED, RunStatus.COMPLETED]
+    assert result.children[1].output == "prose"
+    assert result.children[1].error is None
+    for node in nodes(result):
+        assert_valid_transcript(node.messages)
+        assert node.messages[0].role == "user"
+        assert node.messages[-1].role == "assistant"
