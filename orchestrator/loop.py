@@ -351,7 +351,8 @@ async def _loop(node: AgentNode, run: RunState) -> None:
     repeats = 0
     error_turns = 0
     cut_text: list[str] = []  # pieces of an answer cut by max_tokens, joined when it completes
-    compaction_allowed = bool(node.context.compact_at_tokens or node.context.compact_at_fraction)
+    # compaction needs a threshold: a token count, or a fraction of a known context window
+    compaction_allowed = node.context.compaction_threshold(_context_window(node.model)) is not None
     context_retry = False
     while True:
         node.turns += 1
@@ -453,6 +454,11 @@ async def _loop(node: AgentNode, run: RunState) -> None:
                 if response.content:  # the cut reply is not kept: the summary replaces it all
                     node.replace_messages(node.messages[:-1])
                 if not await _compact(node, run, specs):
+                    return
+                if node.turns >= max_turns:
+                    node.finish(
+                        RunStatus.MAX_TURNS, f"reached max_turns ({max_turns}) after compacting"
+                    )
                     return
                 continue
             if stop == "model_context_window_exceeded":

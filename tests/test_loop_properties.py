@@ -124,8 +124,9 @@ def test_random_scripts_keep_the_transcript_valid_and_the_run_in_bounds(
     assert result.status in set(RunStatus)
     if result.status is RunStatus.COMPLETED:
         last = messages[-1]
-        # an empty final reply is not recorded (the API rejects empty assistant messages)
-        assert result.output == (last.text if last.role == "assistant" else "")
+        # an empty final reply is not recorded (the API rejects empty assistant messages);
+        # an answer cut by max_tokens and continued is joined from its pieces
+        assert result.output.endswith(last.text if last.role == "assistant" else "")
         assert not last.tool_uses
         assert result.error is None
     else:

@@ -360,12 +360,12 @@ def summarize(results: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict
 
 def render(rows: list[dict[str, Any]], checks: dict[str, Any], elapsed: float) -> str:
     headers = [
-        "N", "L ms", "trace", "wall s", "ideal s", "wall/ideal", "base w/i",
+        "N", "L ms", "trace", "wall ms", "ideal ms", "wall/ideal", "base w/i",
         "CPU us/call", "base us", "CPU ratio", "RSS MB", "base RSS",
     ]
     body = [
         [
-            r["n"], r["l_ms"], r["tracing"], r["wall_s"], r["ideal_s"], r["wall_over_ideal"],
+            r["n"], r["l_ms"], r["tracing"], r["wall_s"] * 1000, r["ideal_s"] * 1000, r["wall_over_ideal"],
             r["baseline_wall_over_ideal"], r["cpu_us_per_call"], r["baseline_cpu_us_per_call"],
             r["cpu_ratio"], r["peak_rss_mb"], r["baseline_peak_rss_mb"],
         ]
