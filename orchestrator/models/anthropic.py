@@ -71,6 +71,8 @@ DEFAULT_MODEL: Final = "claude-sonnet-5-5"
 """The default model: current Sonnet."""
 FAST_MODEL: Final = "claude-haiku-5-5"
 """The small, fast model: current Haiku (good for wide trees of simple subagents)."""
+CONTEXT_WINDOW: Final = 200_000
+"""The context window of the current models (tokens), used for compaction thresholds."""
 CURRENT_MODELS: Final = ("claude-sonnet-5-5", "claude-opus-5-5", "claude-haiku-5-5")
 """Current model names, checked by the tests against the installed SDK's ``anthropic.types.Model``
 list and its deprecation table."""
@@ -651,6 +653,11 @@ class AnthropicModel:
     @property
     def provider(self) -> str:
         return "anthropic"
+
+    @property
+    def context_window(self) -> int:
+        """Input tokens the model accepts; context policies compact at a fraction of it."""
+        return CONTEXT_WINDOW
 
     @property
     def price(self) -> Price:
