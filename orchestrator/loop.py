@@ -339,173 +339,202 @@ async def run_agent(node: AgentNode, run: RunState) -> None:
             )
 
 
+@dataclass(eq=False)
+class _LoopState:
+    """What the loop remembers between turns of one agent."""
+
+    specs: list[ToolSpec]
+    max_turns: int
+    repeat_limit: int
+    max_errors: int
+    compaction_allowed: bool
+    last_signature: frozenset[tuple[str, str]] | None = None
+    repeats: int = 0
+    error_turns: int = 0
+    context_retry: bool = False
+    cut_text: list[str] = field(default_factory=list)
+    """Pieces of an answer cut by ``max_tokens``, joined when it completes."""
+
+
 async def _loop(node: AgentNode, run: RunState) -> None:
     specs = tool_specs(node)
     node._fixed_chars = len(node.agent.instructions) + sum(
         len(s.description) + len(canonical_json(s.input_schema)) + len(s.name) for s in specs
     )
-    max_turns = node.limits.max_turns or 1
-    repeat_limit = node.limits.repeat_limit or 1
-    max_errors = node.limits.max_consecutive_errors or 1
-    last_signature: frozenset[tuple[str, str]] | None = None
-    repeats = 0
-    error_turns = 0
-    cut_text: list[str] = []  # pieces of an answer cut by max_tokens, joined when it completes
-    # compaction needs a threshold: a token count, or a fraction of a known context window
-    compaction_allowed = node.context.compaction_threshold(_context_window(node.model)) is not None
-    context_retry = False
-    while True:
+    state = _LoopState(
+        specs=specs,
+        max_turns=node.limits.max_turns or 1,
+        repeat_limit=node.limits.repeat_limit or 1,
+        max_errors=node.limits.max_consecutive_errors or 1,
+        # compaction needs a threshold: a token count, or a fraction of a known context window
+        compaction_allowed=node.context.compaction_threshold(_context_window(node.model))
+        is not None,
+    )
+    while node.status is None:
         node.turns += 1
         run.events.emit(TurnStarted(node.path, node.turns))
         turn_attrs = partial(_turn_attributes, node.turns, node.path)
         with spans.span(
             run.tracer, f"turn {node.agent.name}", SpanKind.INTERNAL, turn_attrs
         ) as turn_span:
-            # GENERATE (after fitting the context; a tool call cut by max_tokens is retried
-            # once with a larger cap)
-            cleared, compacted = await _fit_context(node, run, specs)
-            if node.status is not None:
-                return
-            estimate = node.estimate()
-            max_tokens = node.agent.max_output_tokens
-            response = await _generate(node, run, specs, max_tokens)
-            if response is CONTEXT_FULL and compaction_allowed and not context_retry:
-                context_retry = True  # compact and retry once, then stop
-                if not await _compact(node, run, specs):
-                    return
-                compacted = True
-                response = await _generate(node, run, specs, max_tokens)
-            if response is CONTEXT_FULL:
-                node.finish(
-                    RunStatus.CONTEXT_EXCEEDED, "the transcript exceeded the model's context window"
-                )
-                return
+            response = await _generate_step(node, run, state, turn_span)
             if response is None:
                 return
-            node.turn_log.append(
-                TurnContext(
-                    node.turns,
-                    estimate,
-                    response.usage.input_tokens,
-                    response.usage.cache_read_tokens,
-                    cleared,
-                    compacted,
-                )
-            )
-            if turn_span.is_recording():
-                turn_span.set_attributes(
-                    {
-                        "orchestrator.context.input_tokens_estimate": estimate,
-                        "orchestrator.context.cleared_results": cleared,
-                        "orchestrator.context.compacted": compacted,
-                        "orchestrator.context.cache_read_tokens": response.usage.cache_read_tokens,
-                    }
-                )
-            calls = [b for b in response.content if isinstance(b, ToolUseBlock)]
-            if response.stop_reason == "max_tokens" and calls:
-                response = await _generate(node, run, specs, min(max_tokens * 2, _MAX_OUTPUT_CAP))
-                if response is None:
-                    return
-                calls = [b for b in response.content if isinstance(b, ToolUseBlock)]
-                if response.stop_reason == "max_tokens" and calls:
-                    node.finish(
-                        RunStatus.ERROR,
-                        "a tool call was cut by max_tokens twice; "
-                        f"raise max_output_tokens (now {max_tokens})",
-                    )
-                    return
+            calls = await _parse_step(node, run, state, response)
+            if not calls:
+                continue  # the agent ended, or the reply asks for another model call
+            results = await _execute(node, run, calls)
+            _resume_step(node, state, results)
 
-            # PARSE
-            stop = response.stop_reason
-            if turn_span.is_recording():
-                turn_span.set_attribute("orchestrator.stop_reason", stop)
-            if response.content:
-                node.append(Message("assistant", response.content))
-            if stop in _DONE and not calls:
-                node.finish(
-                    RunStatus.COMPLETED, output="".join([*cut_text, text_of(response.content)])
-                )
-                return
-            if stop == "max_tokens":
-                if response.content:  # nothing to continue from an empty reply: just ask again
-                    cut_text.append(text_of(response.content))
-                    node.append(Message.user(CONTINUE_PROMPT))
-                if node.turns >= max_turns:
-                    node.finish(
-                        RunStatus.MAX_TURNS,
-                        f"reached max_turns ({max_turns}) while continuing a cut reply",
-                    )
-                    return
-                continue
-            if stop == "pause_turn" and not calls:
-                if node.turns >= max_turns:
-                    node.finish(
-                        RunStatus.MAX_TURNS, f"reached max_turns ({max_turns}) during pause_turn"
-                    )
-                    return
-                continue
-            if stop == "refusal":
-                node.finish(
-                    RunStatus.REFUSAL, "the model refused to continue (stop_reason refusal)"
-                )
-                return
-            if stop == "model_context_window_exceeded" and compaction_allowed and not context_retry:
-                context_retry = True
-                if response.content:  # the cut reply is not kept: the summary replaces it all
-                    node.replace_messages(node.messages[:-1])
-                if not await _compact(node, run, specs):
-                    return
-                if node.turns >= max_turns:
-                    node.finish(
-                        RunStatus.MAX_TURNS, f"reached max_turns ({max_turns}) after compacting"
-                    )
-                    return
-                continue
-            if stop == "model_context_window_exceeded":
+
+async def _generate_step(
+    node: AgentNode, run: RunState, state: _LoopState, turn_span: Any
+) -> ModelResponse | None:
+    """GENERATE: fit the context, call the model; ``None`` when the agent ended.
+
+    A provider's "input too long" compacts and retries once; a tool call cut by ``max_tokens``
+    is retried once with a larger output cap.
+    """
+    cleared, compacted = await _fit_context(node, run, state.specs)
+    if node.status is not None:
+        return None
+    estimate = node.estimate()
+    max_tokens = node.agent.max_output_tokens
+    response = await _generate(node, run, state.specs, max_tokens)
+    if response is CONTEXT_FULL and state.compaction_allowed and not state.context_retry:
+        state.context_retry = True
+        if not await _compact(node, run, state.specs):
+            return None
+        compacted = True
+        response = await _generate(node, run, state.specs, max_tokens)
+    if response is CONTEXT_FULL:
+        node.finish(
+            RunStatus.CONTEXT_EXCEEDED, "the transcript exceeded the model's context window"
+        )
+        return None
+    if response is None:
+        return None
+    usage = response.usage
+    node.turn_log.append(
+        TurnContext(
+            node.turns, estimate, usage.input_tokens, usage.cache_read_tokens, cleared, compacted
+        )
+    )
+    if turn_span.is_recording():
+        turn_span.set_attributes(
+            {
+                "orchestrator.context.input_tokens_estimate": estimate,
+                "orchestrator.context.cleared_results": cleared,
+                "orchestrator.context.compacted": compacted,
+                "orchestrator.context.cache_read_tokens": usage.cache_read_tokens,
+                "orchestrator.stop_reason": response.stop_reason,
+            }
+        )
+    if response.stop_reason == "max_tokens" and _tool_calls(response):
+        response = await _generate(node, run, state.specs, min(max_tokens * 2, _MAX_OUTPUT_CAP))
+        if response is None or response is CONTEXT_FULL:
+            if node.status is None:
                 node.finish(
                     RunStatus.CONTEXT_EXCEEDED, "the transcript exceeded the model's context window"
                 )
-                return
-            if stop not in _KNOWN:
-                node.finish(
-                    RunStatus.ERROR,
-                    f"unknown stop_reason {stop!r}; refusing to treat it as an answer",
-                )
-                return
-            if not calls:
-                node.finish(RunStatus.ERROR, "stop_reason 'tool_use' without any tool call")
-                return
+            return None
+        if response.stop_reason == "max_tokens" and _tool_calls(response):
+            node.finish(
+                RunStatus.ERROR,
+                f"a tool call was cut by max_tokens twice; raise max_output_tokens (now {max_tokens})",
+            )
+            return None
+    return response
 
-            signature = frozenset((c.name, canonical_json(c.input)) for c in calls)
-            repeats = repeats + 1 if signature == last_signature else 1
-            last_signature = signature
-            if repeats >= repeat_limit:
-                node.finish(
-                    RunStatus.REPEAT_GUARD,
-                    f"the same tool calls were requested {repeats} turns in a row "
-                    f"({', '.join(sorted(c.name for c in calls))})",
-                )
-                return
-            if node.turns >= max_turns:
-                node.finish(
-                    RunStatus.MAX_TURNS, f"reached max_turns ({max_turns}) without a final answer"
-                )
-                return
 
-            # EXECUTE
-            cut_text.clear()
-            context_retry = False
-            results = await _execute(node, run, calls)
+async def _parse_step(
+    node: AgentNode, run: RunState, state: _LoopState, response: ModelResponse
+) -> list[ToolUseBlock]:
+    """PARSE: act on ``stop_reason``; return the tool calls to execute (none: no EXECUTE).
 
-            # RESUME
-            node.append(Message("user", tuple(results)))
-            error_turns = error_turns + 1 if all(r.is_error for r in results) else 0
-            if error_turns >= max_errors:
-                node.finish(
-                    RunStatus.ERROR_THRESHOLD,
-                    f"every tool call failed {error_turns} turns in a row; last: {results[-1].content[:200]}",
-                )
-                return
+    Appends the reply to the transcript. Ends the agent on an answer or a bound, and sets up
+    the next model call for ``max_tokens``, ``pause_turn`` and a compacted context.
+    """
+    stop = response.stop_reason
+    calls = _tool_calls(response)
+    if response.content:
+        node.append(Message("assistant", response.content))
+    if stop in _DONE and not calls:
+        node.finish(
+            RunStatus.COMPLETED, output="".join([*state.cut_text, text_of(response.content)])
+        )
+        return []
+    if stop == "refusal":
+        node.finish(RunStatus.REFUSAL, "the model refused to continue (stop_reason refusal)")
+        return []
+    if stop == "model_context_window_exceeded":
+        if state.compaction_allowed and not state.context_retry:
+            state.context_retry = True
+            if response.content:  # the cut reply is not kept: the summary replaces it all
+                node.replace_messages(node.messages[:-1])
+            if await _compact(node, run, state.specs):
+                _check_turns(node, state, "after compacting")
+            return []
+        node.finish(
+            RunStatus.CONTEXT_EXCEEDED, "the transcript exceeded the model's context window"
+        )
+        return []
+    if stop not in _KNOWN:
+        node.finish(
+            RunStatus.ERROR, f"unknown stop_reason {stop!r}; refusing to treat it as an answer"
+        )
+        return []
+    if stop == "max_tokens":
+        if response.content:  # nothing to continue from an empty reply: just ask again
+            state.cut_text.append(text_of(response.content))
+            node.append(Message.user(CONTINUE_PROMPT))
+        _check_turns(node, state, "while continuing a cut reply")
+        return []
+    if stop == "pause_turn" and not calls:  # send the transcript back as it is
+        _check_turns(node, state, "during pause_turn")
+        return []
+    if not calls:
+        node.finish(RunStatus.ERROR, "stop_reason 'tool_use' without any tool call")
+        return []
+    signature = frozenset((c.name, canonical_json(c.input)) for c in calls)
+    state.repeats = state.repeats + 1 if signature == state.last_signature else 1
+    state.last_signature = signature
+    if state.repeats >= state.repeat_limit:
+        node.finish(
+            RunStatus.REPEAT_GUARD,
+            f"the same tool calls were requested {state.repeats} turns in a row "
+            f"({', '.join(sorted(c.name for c in calls))})",
+        )
+        return []
+    if not _check_turns(node, state, "without a final answer"):
+        return []
+    state.cut_text.clear()
+    state.context_retry = False
+    return calls
+
+
+def _resume_step(node: AgentNode, state: _LoopState, results: list[ToolResultBlock]) -> None:
+    """RESUME: one user message with every result, in call order; count failing turns."""
+    node.append(Message("user", tuple(results)))
+    state.error_turns = state.error_turns + 1 if all(r.is_error for r in results) else 0
+    if state.error_turns >= state.max_errors:
+        node.finish(
+            RunStatus.ERROR_THRESHOLD,
+            f"every tool call failed {state.error_turns} turns in a row; "
+            f"last: {results[-1].content[:200]}",
+        )
+
+
+def _check_turns(node: AgentNode, state: _LoopState, when: str) -> bool:
+    """End the agent with ``max_turns`` if its last turn is used up; True if it may go on."""
+    if node.turns >= state.max_turns:
+        node.finish(RunStatus.MAX_TURNS, f"reached max_turns ({state.max_turns}) {when}")
+        return False
+    return True
+
+
+def _tool_calls(response: ModelResponse) -> list[ToolUseBlock]:
+    return [b for b in response.content if isinstance(b, ToolUseBlock)]
 
 
 def _turn_attributes(turn: int, path: str) -> dict[str, Any]:
