@@ -10,6 +10,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from .agent import Agent
+from .context import ContextPolicy
 from .errors import ConfigurationError, ModelError, OrchestratorError, RunFailedError, ToolError
 from .limits import DEFAULT_LIMITS, Limits
 from .messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock, Usage
@@ -22,6 +23,7 @@ __all__ = [
     "DEFAULT_LIMITS",
     "Agent",
     "ConfigurationError",
+    "ContextPolicy",
     "Limits",
     "Message",
     "ModelError",

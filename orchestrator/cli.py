@@ -179,6 +179,11 @@ def _summary(result: RunResult, wall: float, trace: str) -> str:
 def cmd_run(args: argparse.Namespace) -> int:
     from .tracing import configure_tracing
 
+    if args.corpus is not None:  # read by the research tools when they first open the corpus
+        corpus = Path(args.corpus)
+        if not corpus.is_dir():
+            raise UsageError(f"--corpus: no such folder: {corpus}")
+        os.environ["ORCHESTRATOR_CORPUS"] = str(corpus.resolve())
     agent = load_agent(args.target)
     try:
         limits = _limits_from(args)
@@ -294,6 +299,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="print only the answer")
     run.add_argument(
         "--dry-run", action="store_true", help="validate the tree and print its worst case"
+    )
+    run.add_argument(
+        "--corpus", help="folder of .md/.txt/.rst/.html files for the research tools to search"
     )
     run.add_argument("--runs-dir", default=str(DEFAULT_RUNS_DIR), help="where trace files go")
     run.set_defaults(func=cmd_run)

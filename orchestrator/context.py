@@ -28,6 +28,8 @@ from .messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, canonic
 __all__ = ["CLEARED_PREFIX", "ContextPolicy", "TurnContext"]
 
 CLEARED_PREFIX = "[cleared]"
+KEEP_RESULTS_OF = frozenset({"spawn_subagent"})
+"""Results never cleared: a subagent's answer cannot be had again by simply calling again."""
 SUMMARY_REQUEST = (
     "Context checkpoint: the transcript is getting too long and will be replaced by your "
     "summary. Do not call tools now. Write a checkpoint summary with these headings: Goal; "
@@ -105,7 +107,11 @@ def clear_old_results(messages: list[Message], after: int, batch: int) -> tuple[
         if assistants_after < after:
             continue
         for j, block in enumerate(message.content):
-            if isinstance(block, ToolResultBlock) and not block.content.startswith(CLEARED_PREFIX):
+            if (
+                isinstance(block, ToolResultBlock)
+                and not block.content.startswith(CLEARED_PREFIX)
+                and getattr(calls.get(block.tool_use_id), "name", "") not in KEEP_RESULTS_OF
+            ):
                 due.append((i, j))
     if len(due) < batch:
         return messages, 0

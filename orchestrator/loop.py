@@ -352,6 +352,7 @@ class _LoopState:
     repeats: int = 0
     error_turns: int = 0
     context_retry: bool = False
+    compacted_since_last_turn: bool = False
     cut_text: list[str] = field(default_factory=list)
     """Pieces of an answer cut by ``max_tokens``, joined when it completes."""
 
@@ -396,6 +397,7 @@ async def _generate_step(
     is retried once with a larger output cap.
     """
     cleared, compacted = await _fit_context(node, run, state.specs)
+    compacted, state.compacted_since_last_turn = compacted or state.compacted_since_last_turn, False
     if node.status is not None:
         return None
     estimate = node.estimate()
@@ -403,9 +405,10 @@ async def _generate_step(
     response = await _generate(node, run, state.specs, max_tokens)
     if response is CONTEXT_FULL and state.compaction_allowed and not state.context_retry:
         state.context_retry = True
-        if not await _compact(node, run, state.specs):
+        if not await _compact(node, run, state.specs, overflow=True):
             return None
         compacted = True
+        estimate = node.estimate()
         response = await _generate(node, run, state.specs, max_tokens)
     if response is CONTEXT_FULL:
         node.finish(
@@ -472,7 +475,8 @@ async def _parse_step(
             state.context_retry = True
             if response.content:  # the cut reply is not kept: the summary replaces it all
                 node.replace_messages(node.messages[:-1])
-            if await _compact(node, run, state.specs):
+            if await _compact(node, run, state.specs, overflow=True):
+                state.compacted_since_last_turn = True
                 _check_turns(node, state, "after compacting")
             return []
         node.finish(
@@ -562,16 +566,25 @@ async def _fit_context(node: AgentNode, run: RunState, specs: list[ToolSpec]) ->
     return cleared, False
 
 
-async def _compact(node: AgentNode, run: RunState, specs: list[ToolSpec]) -> bool:
-    """Replace the transcript by a checkpoint summary the model writes; False if the agent ended."""
+async def _compact(
+    node: AgentNode, run: RunState, specs: list[ToolSpec], *, overflow: bool = False
+) -> bool:
+    """Replace the transcript by a checkpoint summary the model writes; False if the agent ended.
+
+    After the provider refused the input as too long (``overflow``), the summary request
+    cannot carry the same transcript: every tool result is cleared from it first.
+    """
     with spans.span(
         run.tracer,
         f"compact {node.agent.name}",
         SpanKind.INTERNAL,
         partial(_turn_attributes, node.turns, node.path),
     ) as s:
+        source = node.messages
+        if overflow:
+            source, _ = clear_old_results(source, after=0, batch=1)
         response = await _generate(
-            node, run, specs, node.agent.max_output_tokens, messages=summary_request(node.messages)
+            node, run, specs, node.agent.max_output_tokens, messages=summary_request(source)
         )
         summary = text_of(response.content) if isinstance(response, ModelResponse) else ""
         if node.status is not None:
@@ -579,7 +592,9 @@ async def _compact(node: AgentNode, run: RunState, specs: list[ToolSpec]) -> boo
         if not summary.strip():
             node.finish(
                 RunStatus.CONTEXT_EXCEEDED,
-                "the transcript is too long and the model wrote no checkpoint summary",
+                "the transcript exceeded the context window and could not be compacted"
+                if response is CONTEXT_FULL
+                else "the transcript is too long and the model wrote no checkpoint summary",
             )
             return False
         before = node.estimate()

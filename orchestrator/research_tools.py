@@ -4,6 +4,14 @@ The corpus opens lazily, on the first call, in the tool's worker thread: definin
 ``--dry-run``) never builds an index. Errors (an unknown id, a path escaping the corpus root)
 come back to the model as ``is_error`` results with the corpus's own explanation.
 
+``search`` ranks with the corpus's BM25 (titles weigh more, words match by their Porter stem), then
+re-ranks a wider pool of candidates by how many of the query's words the hit's id and title hold
+*as written* (plural and -ed/-ing endings folded, nothing more): Porter stemming conflates
+"generators" with "generic" and "generate", and a title that merely shares a stem outranks the
+section actually named after the word. A hit's score is multiplied by ``1 + share`` of the query
+words its title holds, so the body match still decides between hits whose titles hold as many.
+No document takes more than two of the places while others are left.
+
 The corpus root is the ``root`` argument, else the ``ORCHESTRATOR_CORPUS`` environment variable
 (the CLI's ``--corpus DIR`` sets it), else the default corpus: the Python documentation that
 ships with the interpreter.
@@ -12,17 +20,32 @@ ships with the interpreter.
 from __future__ import annotations
 
 import os
+import re
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
-from .corpus import Corpus, CorpusError
+from .corpus import Corpus, CorpusError, SearchHit
 from .errors import ToolError
 from .tools import Tool, tool
 
-__all__ = ["CORPUS_ENV", "corpus_tools"]
+__all__ = ["CORPUS_ENV", "corpus_tools", "rerank"]
 
 CORPUS_ENV = "ORCHESTRATOR_CORPUS"
 READ_CHARS = 6000
+#: Candidates fetched per requested hit before re-ranking by title words.
+POOL_FACTOR = 4
+PER_DOC = 2
+
+_TERM = re.compile(r"[A-Za-z0-9]+")
+# fmt: off
+_STOPWORDS = frozenset({
+    "a", "an", "and", "are", "as", "at", "be", "but", "by", "can", "do", "does", "for", "from",
+    "has", "have", "how", "i", "if", "in", "into", "is", "it", "its", "of", "on", "or", "so",
+    "than", "that", "the", "their", "then", "there", "these", "this", "to", "was", "were", "what",
+    "when", "where", "which", "who", "why", "will", "with", "you", "your",
+})
+# fmt: on
 
 
 def corpus_tools(root: Path | str | None = None, *, index_path: Path | None = None) -> list[Tool]:
@@ -45,8 +68,9 @@ def corpus_tools(root: Path | str | None = None, *, index_path: Path | None = No
             query: Words to look for; plain words work best.
             limit: How many hits to return (1-20).
         """
+        limit = max(1, min(limit, 20))
         try:
-            hits = corpus().search(query, limit=max(1, min(limit, 20)))
+            hits = rerank(query, corpus().search(query, limit=limit * POOL_FACTOR + 10), limit)
         except CorpusError as exc:
             raise ToolError(str(exc)) from None
         if not hits:
@@ -74,3 +98,40 @@ def corpus_tools(root: Path | str | None = None, *, index_path: Path | None = No
         return "\n".join(parts)
 
     return [search, read]
+
+
+def _light_stem(word: str) -> str:
+    """Fold plural, -ed, -ing and -er endings only: "raised" and "raise" meet, "generators" and
+    "generic" do not (Porter stems both to "gener")."""
+    w = word.lower()
+    if len(w) > 4 and w.endswith("ies"):
+        return w[:-3] + "y"
+    for suffix in ("ing", "ers", "er", "ed", "es", "s", "e"):
+        if w.endswith(suffix) and len(w) - len(suffix) >= 3:
+            return w[: -len(suffix)]
+    return w
+
+
+def _terms(text: str) -> list[str]:
+    return list(dict.fromkeys(_light_stem(w) for w in _TERM.findall(text)))
+
+
+def rerank(query: str, hits: Sequence[SearchHit], limit: int) -> list[SearchHit]:
+    """The best ``limit`` of ``hits`` (BM25-ranked) once titles that hold the query's words as
+    written are preferred (see the module doc); ties keep the BM25 order."""
+    words = [w for w in _terms(query) if w not in _STOPWORDS] or _terms(query)
+    scored = []
+    for order, hit in enumerate(hits):
+        _, _, name = hit.id.partition(":")  # "stdlib:json#loads" -> "json#loads"
+        in_title = set(_terms(f"{name} {hit.title}"))
+        share = sum(w in in_title for w in words) / len(words) if words else 0.0
+        scored.append((-hit.score * (1 + share), order, hit))
+    scored.sort(key=lambda s: (s[0], s[1]))
+    kept: list[SearchHit] = []
+    spare: list[SearchHit] = []
+    per_doc: dict[str, int] = {}
+    for _, _, hit in scored:
+        doc = hit.id.split("#", 1)[0]
+        per_doc[doc] = per_doc.get(doc, 0) + 1
+        (kept if per_doc[doc] <= PER_DOC else spare).append(hit)
+    return (kept + spare)[:limit]

@@ -59,7 +59,9 @@ MIN_PASSAGE_CHARS = 20
 _HIT_LINE = re.compile(r"^\[([^\]\s]+)\]", re.MULTILINE)
 # A citation: [id] where the id names a corpus document (``topic:x``, ``stdlib:a.b#c``, or a
 # folder corpus path like ``guide/intro.md#setup``).
-_CITATION = re.compile(r"\[((?:topic|stdlib):[^\]\s]+|[^\]\s]+\.(?:md|markdown|txt|rst|html?)(?:#[^\]\s]*)?)\]")
+_CITATION = re.compile(
+    r"\[((?:topic|stdlib):[^\]\s]+|[^\]\s]+\.(?:md|markdown|txt|rst|html?)(?:#[^\]\s]*)?)\]"
+)
 _BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+")
 _ELLIPSIS = re.compile(r"\.\.\.|…")
 
@@ -145,7 +147,9 @@ def offline_tree(path: Path = RESEARCH_TREE) -> Agent:
 # -- reading a result tree ----------------------------------------------------------------------
 
 
-def _calls_and_results(result: RunResult, name: str) -> list[tuple[dict[str, Any], ToolResultBlock]]:
+def _calls_and_results(
+    result: RunResult, name: str
+) -> list[tuple[dict[str, Any], ToolResultBlock]]:
     """(input, result) of every call of tool ``name`` in one agent's transcript."""
     calls = {
         c.id: dict(c.input)
@@ -262,14 +266,18 @@ def score(question: Question, result: RunResult, corpus: Corpus) -> QuestionResu
     for doc_id, passage in body:
         text = text_of(doc_id)
         citations.append(
-            Citation(doc_id, passage, doc_id in read, text is not None and passage_in(passage, text))
+            Citation(
+                doc_id, passage, doc_id in read, text is not None and passage_in(passage, text)
+            )
         )
     citations += [Citation(doc_id, "", doc_id in read, False) for doc_id in listed_only]
     supported = sum(c.supported for c in citations)
     precision = supported / len(citations) if citations else 0.0
     cited = list(dict.fromkeys(c.id for c in citations))
     on_topic = (
-        sum(any(entry_found(e, [c]) for e in expected) for c in cited) / len(cited) if cited else 0.0
+        sum(any(entry_found(e, [c]) for e in expected) for c in cited) / len(cited)
+        if cited
+        else 0.0
     )
     return QuestionResult(
         id=question.id,
