@@ -188,7 +188,6 @@ class AgentNode:
     error: str | None = None
     output: str = ""
     turns: int = 0
-    spawned: int = 0
     started_at: float = 0.0
     in_flight: list[ToolResultBlock | None] | None = None
     context: ContextPolicy = field(default_factory=ContextPolicy)
@@ -307,7 +306,13 @@ async def run_agent(node: AgentNode, run: RunState) -> None:
             out["gen_ai.agent.description"] = node.agent.description
         return out
 
-    with spans.span(run.tracer, f"invoke_agent {node.agent.name}", SpanKind.INTERNAL, attrs) as s:
+    with spans.span(
+        run.tracer,
+        f"invoke_agent {node.agent.name}",
+        SpanKind.INTERNAL,
+        attrs,
+        records_outcome=True,
+    ) as s:
         try:
             with trio.CancelScope(deadline=node.own_deadline) as own_scope:
                 try:
@@ -374,7 +379,7 @@ async def _loop(node: AgentNode, run: RunState) -> None:
     while node.status is None:
         node.turns += 1
         run.events.emit(TurnStarted(node.path, node.turns))
-        turn_attrs = partial(_turn_attributes, node.turns, node.path)
+        turn_attrs = partial(_turn_attributes, run.run_id, node.turns, node.path)
         with spans.span(
             run.tracer, f"turn {node.agent.name}", SpanKind.INTERNAL, turn_attrs
         ) as turn_span:
@@ -541,8 +546,12 @@ def _tool_calls(response: ModelResponse) -> list[ToolUseBlock]:
     return [b for b in response.content if isinstance(b, ToolUseBlock)]
 
 
-def _turn_attributes(turn: int, path: str) -> dict[str, Any]:
-    return {"orchestrator.turn.index": turn, "orchestrator.agent.path": path}
+def _turn_attributes(run_id: str, turn: int, path: str) -> dict[str, Any]:
+    return {
+        "gen_ai.conversation.id": run_id,
+        "orchestrator.turn.index": turn,
+        "orchestrator.agent.path": path,
+    }
 
 
 def _context_window(model: Model) -> int | None:
@@ -578,7 +587,7 @@ async def _compact(
         run.tracer,
         f"compact {node.agent.name}",
         SpanKind.INTERNAL,
-        partial(_turn_attributes, node.turns, node.path),
+        partial(_turn_attributes, run.run_id, node.turns, node.path),
     ) as s:
         source = node.messages
         if overflow:

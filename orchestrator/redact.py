@@ -8,6 +8,7 @@ and anything shaped like an API key or bearer token with ``[REDACTED]``.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -34,7 +35,13 @@ def _secret_values() -> tuple[str, ...]:
     )
     if values != _cache_key:
         _cache_key = values
-        _cache_values = tuple(sorted(set(values), key=len, reverse=True))
+        # a secret quoted inside JSON (content capture, error bodies) may appear escaped
+        variants = {
+            form
+            for v in values
+            for form in (v, json.dumps(v)[1:-1], json.dumps(v, ensure_ascii=False)[1:-1])
+        }
+        _cache_values = tuple(sorted(variants, key=len, reverse=True))
     return _cache_values
 
 

@@ -15,8 +15,7 @@ is recording, so an unconfigured tracer costs next to nothing.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -26,13 +25,12 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from .cancellation import is_cancellation
 from .messages import Message, ToolResultBlock, ToolUseBlock, Usage, message_to_wire
 from .redact import redact
-from .tracing import content_capture_enabled
+from .tracing import content_capture_enabled, content_for_span
 
 if TYPE_CHECKING:
     from .models.base import ModelRequest, ModelResponse
 
 __all__ = ["get_tracer"]
-
 
 
 def get_tracer(provider: trace.TracerProvider | None) -> Tracer:
@@ -48,10 +46,14 @@ def span(
     name: str,
     kind: SpanKind,
     attributes: Callable[[], dict[str, Any]] | None = None,
+    *,
+    records_outcome: bool = False,
 ) -> Iterator[Span]:
     """A current span that is ended on every exit and records failures our way.
 
-    ``attributes`` is called only when the span is recording.
+    ``attributes`` is called only when the span is recording. With ``records_outcome`` the
+    caller states the outcome itself (agent spans: a deadline is ``timeout``, not a plain
+    cancellation), so a passing cancellation is not marked.
     """
     with tracer.start_as_current_span(
         name, kind=kind, record_exception=False, set_status_on_exception=False
@@ -62,7 +64,7 @@ def span(
             yield s
         except BaseException as exc:
             if is_cancellation(exc):
-                if s.is_recording():
+                if s.is_recording() and not records_outcome:
                     s.set_attribute("orchestrator.cancelled", True)
             elif s.is_recording():
                 s.set_attribute("error.type", type(exc).__qualname__)
@@ -111,10 +113,12 @@ def chat_request_attributes(
         "orchestrator.request.estimated_input_tokens": request.input_tokens_estimate,
     }
     if content_capture_enabled():
-        attrs["gen_ai.system_instructions"] = redact(
-            json.dumps([{"type": "text", "content": request.system}])
+        attrs["gen_ai.system_instructions"] = content_for_span(
+            [{"type": "text", "content": request.system}]
         )
-        attrs["gen_ai.input.messages"] = redact(_messages_json(request.messages))
+        attrs["gen_ai.input.messages"] = content_for_span(
+            [message_to_wire(m) for m in request.messages]
+        )
     return attrs
 
 
@@ -139,7 +143,7 @@ def record_chat_response(s: Span, response: ModelResponse) -> None:
     if content_capture_enabled():
         s.set_attribute(
             "gen_ai.output.messages",
-            redact(_messages_json([Message("assistant", response.content)])),
+            content_for_span([message_to_wire(Message("assistant", response.content))]),
         )
 
 
@@ -153,7 +157,7 @@ def tool_attributes(call: ToolUseBlock, run_id: str, agent_name: str) -> dict[st
         "gen_ai.agent.name": agent_name,
     }
     if content_capture_enabled():
-        attrs["gen_ai.tool.call.arguments"] = redact(json.dumps(dict(call.input), default=str))
+        attrs["gen_ai.tool.call.arguments"] = content_for_span(dict(call.input))
     return attrs
 
 
@@ -166,7 +170,3 @@ def record_tool_result(s: Span, result: ToolResultBlock) -> None:
         record_outcome(s, "ok", None)
     if content_capture_enabled():
         s.set_attribute("gen_ai.tool.call.result", redact(result.content))
-
-
-def _messages_json(messages: Sequence[Message]) -> str:
-    return json.dumps([message_to_wire(m) for m in messages], default=str)

@@ -15,7 +15,9 @@ import math
 from typing import Literal
 
 import trio
+from opentelemetry.trace import Span
 
+from . import spans
 from .agent import Agent
 from .context import ContextPolicy
 from .errors import ConfigurationError, ToolError
@@ -125,10 +127,17 @@ def make_child(
             )
         base = {n: t for n, t in base.items() if n in set(tool_names)}
     limits = _per_agent_limits(agent, parent.limits)
-    if parent.spawned >= (parent.limits.max_children or 0):
+    # The slot is counted in call order (not start order), so which of a turn's spawns is
+    # refused at max_children does not depend on how the scheduler orders the siblings.
+    this_turn = parent.messages[-1].tool_uses[: key[1]] if parent.messages else []
+    slot = sum(1 for k, _ in parent.children if k[0] < key[0]) + sum(
+        1 for c in this_turn if c.name == SPAWN_TOOL
+    )
+    max_children = parent.limits.max_children or 0
+    if slot >= max_children:
         raise ToolError(
-            f"{parent.agent.name!r} already spawned {parent.spawned} subagents, its max_children; "
-            "finish the task with what you have"
+            f"{parent.agent.name!r} may start at most {max_children} subagents (max_children) "
+            "and has used them all; finish the task with what you have"
         )
     own = agent.limits or Limits()
     quota = (
@@ -138,7 +147,6 @@ def make_child(
         raise ToolError(
             "the run reached max_agents; no more subagents can start. Finish with what you have"
         )
-    parent.spawned += 1
     ledger = parent.ledger
     if own.token_budget is not None or own.cost_budget_usd is not None:
         ledger = Ledger(own.token_budget, own.cost_budget_usd, parent.ledger)
@@ -197,9 +205,9 @@ def build_spawn_tool(subagents: tuple[Agent, ...]) -> Tool:
     async def spawn_subagent(
         ctx: ToolContext, agent: str, task: str, tools: list[str] | None = None
     ) -> str:
-        run, parent, key, _span = ctx._runtime
+        run, parent, key, span = ctx._runtime
         return await run_child(
-            run, parent, run.tree.by_name[agent], task, tools, key, ctx.tool_call_id
+            run, parent, run.tree.by_name[agent], task, tools, key, ctx.tool_call_id, span
         )
 
     spawn_subagent.__annotations__ = {
@@ -225,7 +233,7 @@ def build_spawn_tool(subagents: tuple[Agent, ...]) -> Tool:
         name=SPAWN_TOOL,
         description=description,
         _allow_reserved=True,
-        _timeout_exempt=True,
+        _runtime_tool=True,
     )
     props = t.input_schema["properties"]
     for prop, text in doc.items():
@@ -245,10 +253,19 @@ async def run_child(
     tool_names: list[str] | None,
     key: tuple[int, int],
     call_id: str,
+    span: Span,
 ) -> str:
     """Start a child, run it to its end, and return its answer (or raise ToolError)."""
     child = make_child(run, parent, agent, task, tool_names, key, call_id)
-    await run_agent(child, run)
+    try:
+        await run_agent(child, run)
+    finally:
+        if span.is_recording():  # the spawn span carries its subtree's roll-up, like agent spans
+            span.set_attributes(spans.usage_attributes("orchestrator.usage", child.subtree_usage()))
+            span.set_attribute("orchestrator.spawn.agent_path", child.path)
+            span.set_attribute(
+                "orchestrator.spawn.outcome", (child.status or RunStatus.ERROR).value
+            )
     if child.status is RunStatus.COMPLETED:
         return child.output
     raise ToolError(

@@ -25,6 +25,7 @@ from typing import Any, TypeVar, overload
 import pydantic
 import trio
 
+from .cancellation import is_cancellation
 from .errors import ConfigurationError, ToolError
 from .messages import ToolResultBlock, ToolUseBlock, canonical_json
 from .models.base import ToolSpec
@@ -80,8 +81,8 @@ class Tool:
         "is_async",
         "max_retries",
         "name",
+        "runtime_tool",
         "takes_context",
-        "timeout_exempt",
     )
 
     def __init__(
@@ -93,7 +94,7 @@ class Tool:
         idempotent: bool = False,
         max_retries: int = 2,
         _allow_reserved: bool = False,
-        _timeout_exempt: bool = False,
+        _runtime_tool: bool = False,
     ) -> None:
         if not callable(fn):
             raise ConfigurationError(f"@tool needs a function, got {fn!r}")
@@ -111,7 +112,7 @@ class Tool:
         self.description = description if description is not None else summary
         self.idempotent = idempotent
         self.max_retries = max_retries if idempotent else 0
-        self.timeout_exempt = _timeout_exempt
+        self.runtime_tool = _runtime_tool  # spawn_subagent: no timeout, bugs propagate
         target = inspect.unwrap(fn)
         self.is_async = inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(
             getattr(fn, "__call__", None)  # noqa: B004 - callable objects with async __call__
@@ -344,23 +345,32 @@ class _Ok:
 
 async def _attempt(t: Tool, fn: Callable[[], Any], rt: ToolRuntime) -> _Ok | str:
     """One call: the value, or the error text the model should read."""
-    timeout = float("inf") if t.timeout_exempt else rt.timeout
+    timeout = float("inf") if t.runtime_tool else rt.timeout
     try:
-        with trio.move_on_after(timeout) as scope:
+        with trio.move_on_after(timeout):
             if t.is_async:
                 return _Ok(await typing.cast(Callable[[], Awaitable[Any]], fn)())
-            return _Ok(
-                await trio.to_thread.run_sync(fn, abandon_on_cancel=True, limiter=rt.thread_limiter)
-            )
+            try:
+                return _Ok(
+                    await trio.to_thread.run_sync(
+                        fn, abandon_on_cancel=True, limiter=rt.thread_limiter
+                    )
+                )
+            except BaseException as exc:
+                # by our timeout or by a cancellation from outside: the thread cannot be
+                # stopped, so it is left to finish on its own and counted
+                if is_cancellation(exc):
+                    rt.on_abandoned_thread()
+                raise
     except ToolError as exc:
         return str(exc)
     except Exception as exc:
+        if t.runtime_tool:  # an exception from the runtime's own tool is a bug: let it show
+            raise
         return (
             f"tool {t.name!r} raised {type(exc).__name__}: {exc}. "
             "Check the arguments, or try a different approach."
         )
-    if scope.cancelled_caught and not t.is_async:
-        rt.on_abandoned_thread()
     return (
         f"tool {t.name!r} timed out after {timeout:g}s and was abandoned; "
         "try a smaller request or a different approach"
