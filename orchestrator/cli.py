@@ -254,7 +254,10 @@ def _dry_run(
 ) -> int:
     from .dryrun import worst_case
 
-    report = worst_case(agent, limits)
+    try:
+        report = worst_case(agent, limits)
+    except ConfigurationError as exc:  # an invalid tree: one line, exit 2, like a real run
+        raise UsageError(str(exc)) from None
     if args.json:
         sys.stdout.write(json.dumps(report) + "\n")
     else:

@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Literal, TypeAlias
 __all__ = [
     "Block",
     "Message",
+    "RedactedThinkingBlock",
     "Role",
     "TextBlock",
     "ThinkingBlock",
@@ -50,6 +51,14 @@ class ThinkingBlock:
 
 
 @dataclass(frozen=True, slots=True)
+class RedactedThinkingBlock:
+    """Thinking the provider encrypted; kept opaque and sent back unchanged."""
+
+    data: str
+    type: ClassVar[str] = "redacted_thinking"
+
+
+@dataclass(frozen=True, slots=True)
 class ToolUseBlock:
     """The model asks for one tool call."""
 
@@ -69,7 +78,9 @@ class ToolResultBlock:
     type: ClassVar[str] = "tool_result"
 
 
-Block: TypeAlias = TextBlock | ThinkingBlock | ToolUseBlock | ToolResultBlock
+Block: TypeAlias = (
+    TextBlock | ThinkingBlock | RedactedThinkingBlock | ToolUseBlock | ToolResultBlock
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +175,8 @@ def to_wire(block: Block) -> dict[str, Any]:
         if block.is_error:
             out["is_error"] = True
         return out
+    if isinstance(block, RedactedThinkingBlock):
+        return {"type": "redacted_thinking", "data": block.data}
     return {"type": "thinking", "thinking": block.thinking, "signature": block.signature}
 
 
@@ -182,7 +195,9 @@ def block_from_wire(data: Mapping[str, Any]) -> Block:
         if not isinstance(content, str):
             content = text_of(block_from_wire(c) for c in content) if content else ""
         return ToolResultBlock(str(data["tool_use_id"]), content, bool(data.get("is_error", False)))
-    if kind in ("thinking", "redacted_thinking"):
+    if kind == "redacted_thinking":
+        return RedactedThinkingBlock(str(data.get("data", "")))
+    if kind == "thinking":
         return ThinkingBlock(str(data.get("thinking", "")), str(data.get("signature", "")))
     raise ValueError(f"unsupported content block type {kind!r}")
 

@@ -160,3 +160,11 @@ async def test_scripted_usage_is_reported_when_a_step_gives_it():
     assert result.usage.input_tokens == 7
     assert result.usage.output_tokens == 3
     assert result.own_usage == result.usage
+
+
+def test_redacted_thinking_round_trips_through_the_wire_format_unchanged() -> None:
+    from orchestrator.messages import RedactedThinkingBlock, block_from_wire, to_wire
+
+    block = RedactedThinkingBlock("EncryptedOpaqueData==")
+    assert to_wire(block) == {"type": "redacted_thinking", "data": "EncryptedOpaqueData=="}
+    assert block_from_wire(to_wire(block)) == block

@@ -49,7 +49,16 @@ from typing import TYPE_CHECKING, Any, Final, cast
 import trio
 
 from ..errors import ModelError
-from ..messages import Block, Message, TextBlock, ThinkingBlock, ToolUseBlock, Usage, to_wire
+from ..messages import (
+    Block,
+    Message,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolUseBlock,
+    Usage,
+    to_wire,
+)
 from ..redact import REDACTED, redact
 from .base import ModelContext, ModelRequest, ModelResponse
 
@@ -525,7 +534,11 @@ class _Assembler:
                 [str(block.get("thinking") or "")],
                 signature=str(block.get("signature") or ""),
             )
-        # other block types (server tools, redacted thinking) are not modelled by the transcript
+        elif kind == "redacted_thinking":
+            self._blocks[index] = _Partial(
+                "redacted_thinking", [], signature=str(block.get("data") or "")
+            )
+        # other block types (server tools) are not modelled by the transcript
 
     def _delta(self, index: int, delta: dict[str, Any]) -> None:
         partial = self._blocks.get(index)
@@ -559,6 +572,8 @@ class _Assembler:
                     blocks.append(TextBlock(joined))
             elif partial.kind == "thinking":
                 blocks.append(ThinkingBlock(joined, partial.signature))
+            elif partial.kind == "redacted_thinking":
+                blocks.append(RedactedThinkingBlock(partial.signature))
             else:
                 blocks.append(
                     ToolUseBlock(partial.id, partial.name, self._tool_input(partial, joined))
