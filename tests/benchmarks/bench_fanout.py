@@ -29,17 +29,16 @@ import json
 import subprocess
 import sys
 import time
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import emit, machine, median, peak_rss_mb, table, traced_provider  # noqa: E402
+from _common import emit, machine, median, peak_rss_mb, table, traced_provider
 
-from orchestrator import Agent, Limits, Usage, run, tool  # noqa: E402
-from orchestrator.models import FunctionModel, response, text, tool_call  # noqa: E402
+from orchestrator import Agent, Limits, Usage, run, tool
+from orchestrator.models import FunctionModel, response, text, tool_call
 
 K = 3
 NS = (1, 10, 100, 1000)
@@ -76,7 +75,9 @@ _ANSWER = (text("All items looked up: value-0, value-1, value-2."),)
 
 def make_model(n: int, latency: float, counter: list[int]) -> FunctionModel:
     spawns = tuple(
-        tool_call("spawn_subagent", {"agent": "worker", "task": f"Look up batch {j}."}, id=f"toolu_s{j}")
+        tool_call(
+            "spawn_subagent", {"agent": "worker", "task": f"Look up batch {j}."}, id=f"toolu_s{j}"
+        )
         for j in range(n)
     )
 
@@ -117,7 +118,9 @@ async def fanout_ours(n: int, latency: float, provider: Any, counter: list[int])
     )
     completed = sum(1 for c in result.children if c.status.value == "completed")
     if result.status.value != "completed" or completed != n:
-        raise RuntimeError(f"fanout failed: {result.status} {result.error}; {completed}/{n} children")
+        raise RuntimeError(
+            f"fanout failed: {result.status} {result.error}; {completed}/{n} children"
+        )
     return {"agents": result.agents}
 
 
@@ -163,7 +166,9 @@ async def _baseline_plain(n: int, latency: float, counter: list[int]) -> dict[st
     return {"agents": n + 1}
 
 
-async def _baseline_traced(n: int, latency: float, tracer: Any, counter: list[int]) -> dict[str, Any]:
+async def _baseline_traced(
+    n: int, latency: float, tracer: Any, counter: list[int]
+) -> dict[str, Any]:
     from opentelemetry.trace import SpanKind
 
     answers: list[str | None] = [None] * n
@@ -179,12 +184,18 @@ async def _baseline_traced(n: int, latency: float, tracer: Any, counter: list[in
             s.set_attributes({"gen_ai.usage.input_tokens": 100, "gen_ai.usage.output_tokens": 25})
 
     async def child(j: int) -> None:
-        with tracer.start_as_current_span(
-            "execute_tool spawn_subagent",
-            attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "spawn_subagent"},
-        ), tracer.start_as_current_span(
-            "invoke_agent worker",
-            attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "worker"},
+        with (
+            tracer.start_as_current_span(
+                "execute_tool spawn_subagent",
+                attributes={
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": "spawn_subagent",
+                },
+            ),
+            tracer.start_as_current_span(
+                "invoke_agent worker",
+                attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "worker"},
+            ),
         ):
             transcript: list[tuple[str, Any]] = [("user", f"Look up batch {j}.")]
             for t in range(K):
@@ -193,7 +204,10 @@ async def _baseline_traced(n: int, latency: float, tracer: Any, counter: list[in
                     transcript.append(("assistant", ("lookup", t)))
                     with tracer.start_as_current_span(
                         "execute_tool lookup",
-                        attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup"},
+                        attributes={
+                            "gen_ai.operation.name": "execute_tool",
+                            "gen_ai.tool.name": "lookup",
+                        },
                     ):
                         transcript.append(("user", await _lookup(t)))
             with tracer.start_as_current_span("turn worker", attributes={"turn": K}):
@@ -261,7 +275,13 @@ def one_run(impl: str, n: int, l_ms: float, traced: bool) -> dict[str, Any]:
 
 def worker(spec: dict[str, Any]) -> dict[str, Any]:
     """Warm up, then measure one configuration ``reps`` times in this process."""
-    impl, n, l_ms, traced, reps = spec["impl"], spec["n"], spec["l_ms"], spec["traced"], spec["reps"]
+    impl, n, l_ms, traced, reps = (
+        spec["impl"],
+        spec["n"],
+        spec["l_ms"],
+        spec["traced"],
+        spec["reps"],
+    )
     rss_imports = peak_rss_mb()
     one_run(impl, 2, 0, traced)  # warm-up: first-call costs (imports, caches) are not per-call
     runs = [one_run(impl, n, l_ms, traced) for _ in range(reps)]
@@ -301,7 +321,9 @@ def ideal_s(l_ms: float) -> float:
 def summarize(results: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     by = {(r["impl"], r["n"], r["l_ms"], r["traced"]): r for r in results}
     rows = []
-    for (impl, n, l_ms, traced), r in sorted(by.items(), key=lambda kv: (kv[0][3], kv[0][2], kv[0][1])):
+    for (impl, n, l_ms, traced), r in sorted(
+        by.items(), key=lambda kv: (kv[0][3], kv[0][2], kv[0][1])
+    ):
         if impl != "ours":
             continue
         b = by.get(("baseline", n, l_ms, traced))
@@ -337,53 +359,94 @@ def summarize(results: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict
     r = row(nmax, 50, "off")
     if r:
         checks["wall_over_ideal_at_L50_untraced"] = {
-            "n": nmax, "value": r["wall_over_ideal"], "target": 1.5, "ok": r["wall_over_ideal"] <= 1.5
+            "n": nmax,
+            "value": r["wall_over_ideal"],
+            "target": 1.5,
+            "ok": r["wall_over_ideal"] <= 1.5,
         }
     for tracing, target in (("off", 6.0), ("on", 4.0)):
         r = row(nmax, 0, tracing)
         if r and r["cpu_ratio"] is not None:
             checks[f"cpu_ratio_to_baseline_L0_tracing_{tracing}"] = {
-                "n": nmax, "value": r["cpu_ratio"], "target": target, "ok": r["cpu_ratio"] <= target
+                "n": nmax,
+                "value": r["cpu_ratio"],
+                "target": target,
+                "ok": r["cpu_ratio"] <= target,
             }
     for tracing in ("off", "on"):
         hi, lo = row(1000, 0, tracing), row(100, 0, tracing)
         if hi and lo:
             v = hi["cpu_us_per_call"] / lo["cpu_us_per_call"]
             checks[f"cpu_per_call_N1000_over_N100_tracing_{tracing}"] = {
-                "value": v, "target": 1.2, "ok": v <= 1.2
+                "value": v,
+                "target": 1.2,
+                "ok": v <= 1.2,
             }
     rss = [x["peak_rss_mb"] for x in rows if x["n"] == nmax and x["tracing"] == "off"]
     if rss:
-        checks["peak_rss_mb_untraced"] = {"n": nmax, "value": max(rss), "target": 80, "ok": max(rss) <= 80}
+        checks["peak_rss_mb_untraced"] = {
+            "n": nmax,
+            "value": max(rss),
+            "target": 80,
+            "ok": max(rss) <= 80,
+        }
     return rows, checks
 
 
 def render(rows: list[dict[str, Any]], checks: dict[str, Any], elapsed: float) -> str:
     headers = [
-        "N", "L ms", "trace", "wall ms", "ideal ms", "wall/ideal", "base w/i",
-        "CPU us/call", "base us", "CPU ratio", "RSS MB", "base RSS",
+        "N",
+        "L ms",
+        "trace",
+        "wall ms",
+        "ideal ms",
+        "wall/ideal",
+        "base w/i",
+        "CPU us/call",
+        "base us",
+        "CPU ratio",
+        "RSS MB",
+        "base RSS",
     ]
     body = [
         [
-            r["n"], r["l_ms"], r["tracing"], r["wall_s"] * 1000, r["ideal_s"] * 1000, r["wall_over_ideal"],
-            r["baseline_wall_over_ideal"], r["cpu_us_per_call"], r["baseline_cpu_us_per_call"],
-            r["cpu_ratio"], r["peak_rss_mb"], r["baseline_peak_rss_mb"],
+            r["n"],
+            r["l_ms"],
+            r["tracing"],
+            r["wall_s"] * 1000,
+            r["ideal_s"] * 1000,
+            r["wall_over_ideal"],
+            r["baseline_wall_over_ideal"],
+            r["cpu_us_per_call"],
+            r["baseline_cpu_us_per_call"],
+            r["cpu_ratio"],
+            r["peak_rss_mb"],
+            r["baseline_peak_rss_mb"],
         ]
         for r in rows
     ]
-    lines = [f"fanout(N, K={K}, L): ours vs a hand-written trio loop ('base')", table(headers, body)]
+    lines = [
+        f"fanout(N, K={K}, L): ours vs a hand-written trio loop ('base')",
+        table(headers, body),
+    ]
     for name, c in checks.items():
-        lines.append(f"  {'OK  ' if c['ok'] else 'MISS'} {name}: {c['value']:.2f} (target {c['target']})")
+        lines.append(
+            f"  {'OK  ' if c['ok'] else 'MISS'} {name}: {c['value']:.2f} (target {c['target']})"
+        )
     lines.append(f"  ({elapsed:.1f}s)")
     return "\n".join(lines)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--smoke", action="store_true", help="N=10, one run each, in-process (CI)")
     ap.add_argument("--n", type=int, action="append", help="only these N (repeatable)")
     ap.add_argument("--l", type=float, action="append", help="only these L in ms (repeatable)")
-    ap.add_argument("--reps", type=int, default=None, help="runs per configuration (default 5, 3 at N=1000)")
+    ap.add_argument(
+        "--reps", type=int, default=None, help="runs per configuration (default 5, 3 at N=1000)"
+    )
     ap.add_argument("--tracing", choices=("off", "on", "both"), default="both")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()

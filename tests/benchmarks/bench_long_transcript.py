@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import statistics
 import sys
 import time
@@ -25,10 +26,10 @@ from typing import Any
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import emit, machine, median, peak_rss_mb, table, traced_provider  # noqa: E402
+from _common import emit, machine, median, peak_rss_mb, table, traced_provider
 
-from orchestrator import Agent, Limits, Usage, run, tool  # noqa: E402
-from orchestrator.models import FunctionModel, response, text, tool_call  # noqa: E402
+from orchestrator import Agent, Limits, Usage, run, tool
+from orchestrator.models import FunctionModel, response, text, tool_call
 
 RESULT_BYTES = 2048
 WINDOW = 10
@@ -76,7 +77,7 @@ def one_run(turns: int, traced: bool) -> list[float]:
         provider.shutdown()
     if result.status.value != "completed" or len(stamps) != turns + 1:
         raise RuntimeError(f"run ended {result.status}: {result.error}; {len(stamps)} calls")
-    return [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+    return [b - a for a, b in itertools.pairwise(stamps)]
 
 
 def slope(values: list[float]) -> float:
@@ -113,14 +114,16 @@ def measure(turns: int, reps: int, traced: bool) -> dict[str, Any]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--smoke", action="store_true", help="20 turns, one run (CI)")
     ap.add_argument("--turns", type=int, default=None)
     ap.add_argument("--reps", type=int, default=None)
     args = ap.parse_args()
     started = time.perf_counter()
     turns = args.turns or (20 if args.smoke else 200)
-    reps = args.reps or (1 if args.smoke else 3)
+    reps = args.reps or (1 if args.smoke else 7)
     rows = [measure(turns, reps, traced) for traced in (False, True)]
     elapsed = time.perf_counter() - started
     out = {
