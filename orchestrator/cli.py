@@ -146,21 +146,24 @@ async def _run_tree(
                     lambda: follow_events(handle.events, live=progress == "live", stream=out)
                 )
             async with trio.open_nursery() as watcher:
-                watcher.start_soon(_watch_sigint, handle, out)
+                watcher.start_soon(_watch_sigint, handle)
                 result = await handle.result()
                 watcher.cancel_scope.cancel()
         return result
 
 
-async def _watch_sigint(handle: Any, out: TextIO) -> None:
+async def _watch_sigint(handle: Any) -> None:
     """First Ctrl-C cancels the tree (keeping what finished); a second exits at once."""
     with trio.open_signal_receiver(signal.SIGINT) as signals:
         count = 0
         async for _ in signals:
             count += 1
             if count == 1:
-                out.write("\ncancelling the run (Ctrl-C again to exit at once)...\n")
-                out.flush()
+                # sys.stderr at this moment, not the stream saved before: while the live view
+                # is up it is rich's proxy, which prints above the tree instead of under it
+                # (where the next redraw would erase the line)
+                sys.stderr.write("\ncancelling the run (Ctrl-C again to exit at once)...\n")
+                sys.stderr.flush()
                 handle.cancel()
             else:
                 os._exit(EXIT_CODES[RunStatus.CANCELLED])

@@ -115,7 +115,8 @@ class RunState:
     run_policy: Policy | None
     deps: Any
     events: EventSink
-    tracer: Tracer
+    tracer: Tracer | None
+    """``None`` for an untraced run: spans cost nothing."""
     clients: ClientPool
     thread_limiter: trio.CapacityLimiter
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
@@ -124,6 +125,10 @@ class RunState:
     cancel_requested: bool = False
     deadline: float = math.inf
     context: ContextPolicy | None = None
+    capture: bool = False
+    """Record message content on spans (read once per run from the GenAI capture variable)."""
+    secrets: tuple[str, ...] = ()
+    """Secret values to redact, snapshotted from the environment when the run starts."""
 
     def fail(self, reason: str) -> None:
         """End the whole run with ``error``: a fatal provider error no agent can get past."""
@@ -656,7 +661,7 @@ async def _generate(
                 f"chat {model.name}",
                 SpanKind.CLIENT,
                 lambda: spans.chat_request_attributes(
-                    model.name, model.provider, request, run.run_id
+                    model.name, model.provider, request, run.run_id, run.capture
                 ),
             ) as s:
                 try:
@@ -676,7 +681,7 @@ async def _generate(
                     node.finish(RunStatus.ERROR, f"model call raised {type(exc).__name__}: {exc}")
                     return None
                 usage = response.usage
-                spans.record_chat_response(s, response)
+                spans.record_chat_response(s, response, run.capture)
     finally:
         node.ledger.settle(reservation, usage)
     node.own_usage = node.own_usage + Usage(
@@ -732,12 +737,12 @@ async def _call_one(
         run.tracer,
         f"execute_tool {call.name}",
         SpanKind.INTERNAL,
-        lambda: spans.tool_attributes(call, run.run_id, node.agent.name),
+        lambda: spans.tool_attributes(call, run.run_id, node.agent.name, run.capture),
     ) as s:
         pending = PendingCall(call.name, call.input, call.id, node.agent.name, node.path)
         refusal = await node.policy.check(pending, frozenset(node.tools))
         if refusal is not None:
-            result = error_result(call.id, refusal)
+            result = error_result(call.id, refusal, run.secrets)
             if s.is_recording():
                 s.set_attribute("orchestrator.refused", True)
         else:
@@ -757,7 +762,7 @@ async def _call_one(
                 runtime = dataclasses.replace(runtime, max_result_chars=cap)
             result = await execute(node.tools[call.name], call, ctx, runtime)
         results[index] = result
-        spans.record_tool_result(s, result)
+        spans.record_tool_result(s, result, run.capture)
         run.events.emit(ToolFinished(node.path, call.name, call.id, result.is_error))
 
 
@@ -768,4 +773,5 @@ def make_runtime(node_limits: Limits, run: RunState) -> ToolRuntime:
         max_result_chars=int(node_limits.max_result_chars or 100_000),
         thread_limiter=run.thread_limiter,
         on_abandoned_thread=run.abandoned,
+        secrets=run.secrets,
     )

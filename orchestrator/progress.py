@@ -8,6 +8,7 @@ turns and tokens; siblings running in parallel are visible side by side.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -29,6 +30,7 @@ from .events import (
 
 __all__ = ["follow_events"]
 
+_REDRAW_S = 0.125
 _STYLE = {"running": "yellow", "done": "green", "failed": "red", "waiting": "dim"}
 
 
@@ -104,9 +106,15 @@ class _Board:
         if row.tokens:
             label.append(f" tokens={row.tokens:,}")
         node = parent.add(label)
-        for child_path, child in self.rows.items():
-            if child.parent == path:
-                self._add(node, child_path)
+        # children in spawn order ("name#index"), whatever order the scheduler started them in
+        children = sorted((p for p, r in self.rows.items() if r.parent == path), key=_spawn_key)
+        for child_path in children:
+            self._add(node, child_path)
+
+
+def _spawn_key(path: str) -> tuple[str, int]:
+    name, _, index = path.rsplit("/", 1)[-1].rpartition("#")
+    return (name, int(index)) if index.isdigit() else (path, 0)
 
 
 async def follow_events(
@@ -122,13 +130,23 @@ async def follow_events(
                 stream.write(line + "\n")
                 stream.flush()
         return
-    # redraw at most every 1/8 s: a wave of a thousand events costs one render, not a thousand
+    # redraw at most every 1/8 s: a wave of a thousand events costs one render, not a thousand;
+    # an event that arrived since the last redraw is drawn at the next tick even if nothing
+    # follows it (a long tool call shows as running, not as the step before it)
     with Live(board.render(), console=console, auto_refresh=False, transient=False) as view:
-        last = 0.0
-        async for event in events:
-            board.apply(event)
-            now = trio.current_time()
-            if now - last >= 0.125:
-                last = now
-                view.update(board.render(), refresh=True)
+        dirty = False
+        next_draw = trio.current_time() + _REDRAW_S
+        while True:
+            with trio.move_on_at(next_draw if dirty else math.inf):
+                try:
+                    event = await events.receive()
+                except trio.EndOfChannel:
+                    break
+                board.apply(event)
+                dirty = True
+                if trio.current_time() < next_draw:
+                    continue
+            view.update(board.render(), refresh=True)
+            dirty = False
+            next_draw = trio.current_time() + _REDRAW_S
         view.update(board.render(), refresh=True)

@@ -12,7 +12,7 @@ import json
 import os
 import re
 
-__all__ = ["REDACTED", "redact"]
+__all__ = ["REDACTED", "redact", "secret_values"]
 
 REDACTED = "[REDACTED]"
 _SECRET_SUFFIXES = ("_KEY", "_TOKEN", "_SECRET", "_PASSWORD", "_APIKEY")
@@ -21,35 +21,36 @@ _PATTERNS = re.compile(
     r"(sk-ant-[A-Za-z0-9_\-]{8,}|(?i:bearer)\s+[A-Za-z0-9._\-~+/=]{8,}|x-api-key[\"']?\s*[:=]\s*[\"']?[A-Za-z0-9_\-]{8,})"
 )
 
-_cache_key: tuple[str, ...] = ()
-_cache_values: tuple[str, ...] = ()
+_QUICK = re.compile(r"sk-|bearer|api-key", re.IGNORECASE)
 
 
-def _secret_values() -> tuple[str, ...]:
-    """Values of secret-looking environment variables, longest first (cached per value set)."""
-    global _cache_key, _cache_values
-    values = tuple(
+def secret_values() -> tuple[str, ...]:
+    """The values of the environment's secret-looking variables, longest first.
+
+    Each value is also listed in its JSON-escaped forms: a secret quoted inside JSON (captured
+    content, an error body) may appear escaped. A run takes this snapshot once, at its start.
+    """
+    values = {
         v
         for k, v in os.environ.items()
         if len(v) >= _MIN_SECRET_LEN and k.upper().endswith(_SECRET_SUFFIXES)
-    )
-    if values != _cache_key:
-        _cache_key = values
-        # a secret quoted inside JSON (content capture, error bodies) may appear escaped
-        variants = {
-            form
-            for v in values
-            for form in (v, json.dumps(v)[1:-1], json.dumps(v, ensure_ascii=False)[1:-1])
-        }
-        _cache_values = tuple(sorted(variants, key=len, reverse=True))
-    return _cache_values
+    }
+    variants = {
+        form
+        for v in values
+        for form in (v, json.dumps(v)[1:-1], json.dumps(v, ensure_ascii=False)[1:-1])
+    }
+    return tuple(sorted(variants, key=len, reverse=True))
 
 
-def redact(text: str) -> str:
-    """``text`` with every known secret value and key-shaped token replaced by ``[REDACTED]``."""
-    for value in _secret_values():
+def redact(text: str, secrets: tuple[str, ...] | None = None) -> str:
+    """``text`` with every secret value and key-shaped token replaced by ``[REDACTED]``.
+
+    ``secrets`` is a snapshot from :func:`secret_values`; without it the environment is read now.
+    """
+    for value in secret_values() if secrets is None else secrets:
         if value in text:
             text = text.replace(value, REDACTED)
-    if "sk-" in text or "earer" in text or "api-key" in text.lower():
+    if _QUICK.search(text):
         text = _PATTERNS.sub(REDACTED, text)
     return text

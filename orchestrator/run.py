@@ -29,8 +29,10 @@ from .messages import Message
 from .models import resolve_model
 from .models.base import ClientPool, Model
 from .policy import Policy
+from .redact import secret_values
 from .result import RunResult
 from .spawn import make_root
+from .tracing import content_capture_enabled
 
 __all__ = ["RunHandle", "open_run", "run", "run_sync"]
 
@@ -183,10 +185,12 @@ def _prepare(
         run_policy=policy,
         deps=deps,
         events=EventSink(event_buffer),
-        tracer=spans.get_tracer(tracer_provider),
+        tracer=spans.get_tracer(tracer_provider) if spans.tracing_live(tracer_provider) else None,
         clients=ClientPool(AsyncExitStack()),
         thread_limiter=trio.CapacityLimiter(32),
         context=context,
+        capture=content_capture_enabled(),
+        secrets=secret_values(),
     )
     for a in tree.by_name.values():  # every agent must end up with a model
         if a.model is not None:

@@ -15,22 +15,22 @@ is recording, so an unconfigured tracer costs next to nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from .cancellation import is_cancellation
 from .messages import Message, ToolResultBlock, ToolUseBlock, Usage, message_to_wire
 from .redact import redact
-from .tracing import content_capture_enabled, content_for_span
+from .tracing import content_for_span
 
 if TYPE_CHECKING:
     from .models.base import ModelRequest, ModelResponse
 
-__all__ = ["get_tracer"]
+__all__ = ["NO_SPAN", "get_tracer", "span", "tracing_live"]
 
 
 def get_tracer(provider: trace.TracerProvider | None) -> Tracer:
@@ -40,36 +40,96 @@ def get_tracer(provider: trace.TracerProvider | None) -> Tracer:
     return trace.get_tracer("orchestrator", __version__, tracer_provider=provider)
 
 
-@contextmanager
+def tracing_live(provider: trace.TracerProvider | None) -> bool:
+    """Whether spans would be recorded: a provider was passed, or a real one is global.
+
+    Decided once per run: an unconfigured process then pays nothing per span. A global provider
+    configured while a run is going is picked up by the next run.
+    """
+    if provider is not None:
+        return not isinstance(provider, trace.NoOpTracerProvider)
+    current = trace.get_tracer_provider()
+    return not isinstance(current, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+
+
+class _NoSpan:
+    """The span context manager of an untraced run: no generator, no context switch."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> Span:
+        return trace.INVALID_SPAN
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+NO_SPAN = _NoSpan()
+
+
+class _LiveSpan:
+    """A current span, ended on every exit, with failures and cancellation recorded our way."""
+
+    __slots__ = ("_attributes", "_kind", "_name", "_records_outcome", "_span", "_token", "_tracer")
+
+    def __init__(
+        self,
+        tracer: Tracer,
+        name: str,
+        kind: SpanKind,
+        attributes: Callable[[], dict[str, Any]] | None,
+        records_outcome: bool,
+    ) -> None:
+        self._tracer = tracer
+        self._name = name
+        self._kind = kind
+        self._attributes = attributes
+        self._records_outcome = records_outcome
+
+    def __enter__(self) -> Span:
+        s = self._tracer.start_span(
+            self._name, kind=self._kind, record_exception=False, set_status_on_exception=False
+        )
+        if self._attributes is not None and s.is_recording():
+            s.set_attributes(self._attributes())
+        self._span = s
+        self._token = otel_context.attach(trace.set_span_in_context(s))
+        return s
+
+    def __exit__(
+        self, typ: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        s = self._span
+        try:
+            if exc is not None and s.is_recording():
+                if is_cancellation(exc):
+                    if not self._records_outcome:
+                        s.set_attribute("orchestrator.cancelled", True)
+                else:
+                    s.set_attribute("error.type", type(exc).__qualname__)
+                    s.set_status(Status(StatusCode.ERROR, redact(str(exc))[:200]))
+        finally:
+            otel_context.detach(self._token)
+            s.end()
+
+
 def span(
-    tracer: Tracer,
+    tracer: Tracer | None,
     name: str,
     kind: SpanKind,
     attributes: Callable[[], dict[str, Any]] | None = None,
     *,
     records_outcome: bool = False,
-) -> Iterator[Span]:
-    """A current span that is ended on every exit and records failures our way.
+) -> _LiveSpan | _NoSpan:
+    """A context manager for a current span (``tracer=None``: an untraced run, no span at all).
 
     ``attributes`` is called only when the span is recording. With ``records_outcome`` the
     caller states the outcome itself (agent spans: a deadline is ``timeout``, not a plain
     cancellation), so a passing cancellation is not marked.
     """
-    with tracer.start_as_current_span(
-        name, kind=kind, record_exception=False, set_status_on_exception=False
-    ) as s:
-        if attributes is not None and s.is_recording():
-            s.set_attributes(attributes())
-        try:
-            yield s
-        except BaseException as exc:
-            if is_cancellation(exc):
-                if s.is_recording() and not records_outcome:
-                    s.set_attribute("orchestrator.cancelled", True)
-            elif s.is_recording():
-                s.set_attribute("error.type", type(exc).__qualname__)
-                s.set_status(Status(StatusCode.ERROR, redact(str(exc))[:200]))
-            raise
+    if tracer is None:
+        return NO_SPAN
+    return _LiveSpan(tracer, name, kind, attributes, records_outcome)
 
 
 def usage_attributes(prefix: str, usage: Usage) -> dict[str, Any]:
@@ -98,7 +158,7 @@ def record_outcome(s: Span, outcome: str, error: str | None) -> None:
 
 
 def chat_request_attributes(
-    model_name: str, provider: str, request: ModelRequest, run_id: str
+    model_name: str, provider: str, request: ModelRequest, run_id: str, capture: bool
 ) -> dict[str, Any]:
     attrs: dict[str, Any] = {
         "gen_ai.operation.name": "chat",
@@ -112,7 +172,7 @@ def chat_request_attributes(
         "orchestrator.request.tools": len(request.tools),
         "orchestrator.request.estimated_input_tokens": request.input_tokens_estimate,
     }
-    if content_capture_enabled():
+    if capture:
         attrs["gen_ai.system_instructions"] = content_for_span(
             [{"type": "text", "content": request.system}]
         )
@@ -122,7 +182,7 @@ def chat_request_attributes(
     return attrs
 
 
-def record_chat_response(s: Span, response: ModelResponse) -> None:
+def record_chat_response(s: Span, response: ModelResponse, capture: bool) -> None:
     if not s.is_recording():
         return
     u = response.usage
@@ -140,14 +200,16 @@ def record_chat_response(s: Span, response: ModelResponse) -> None:
     )
     if response.id:
         s.set_attribute("gen_ai.response.id", response.id)
-    if content_capture_enabled():
+    if capture:
         s.set_attribute(
             "gen_ai.output.messages",
             content_for_span([message_to_wire(Message("assistant", response.content))]),
         )
 
 
-def tool_attributes(call: ToolUseBlock, run_id: str, agent_name: str) -> dict[str, Any]:
+def tool_attributes(
+    call: ToolUseBlock, run_id: str, agent_name: str, capture: bool
+) -> dict[str, Any]:
     attrs: dict[str, Any] = {
         "gen_ai.operation.name": "execute_tool",
         "gen_ai.tool.name": call.name,
@@ -156,17 +218,17 @@ def tool_attributes(call: ToolUseBlock, run_id: str, agent_name: str) -> dict[st
         "gen_ai.conversation.id": run_id,
         "gen_ai.agent.name": agent_name,
     }
-    if content_capture_enabled():
+    if capture:
         attrs["gen_ai.tool.call.arguments"] = content_for_span(dict(call.input))
     return attrs
 
 
-def record_tool_result(s: Span, result: ToolResultBlock) -> None:
+def record_tool_result(s: Span, result: ToolResultBlock, capture: bool) -> None:
     if not s.is_recording():
         return
     if result.is_error:
         record_outcome(s, "tool_error", result.content)
     else:
         record_outcome(s, "ok", None)
-    if content_capture_enabled():
+    if capture:
         s.set_attribute("gen_ai.tool.call.result", redact(result.content))

@@ -63,6 +63,8 @@ class ToolRuntime:
     max_result_chars: int
     thread_limiter: trio.CapacityLimiter
     on_abandoned_thread: Callable[[], None] = lambda: None
+    secrets: tuple[str, ...] | None = None
+    """The run's snapshot of secret values (``None``: read the environment per result)."""
 
 
 class Tool:
@@ -289,9 +291,11 @@ def cap(text: str, limit: int) -> str:
     )
 
 
-def error_result(call_id: str, message: str) -> ToolResultBlock:
+def error_result(
+    call_id: str, message: str, secrets: tuple[str, ...] | None = None
+) -> ToolResultBlock:
     """An ``is_error`` result (redacted)."""
-    return ToolResultBlock(call_id, redact(message), is_error=True)
+    return ToolResultBlock(call_id, redact(message, secrets), is_error=True)
 
 
 def describe_validation_error(t: Tool, exc: pydantic.ValidationError) -> str:
@@ -318,7 +322,7 @@ async def execute(
     try:
         kwargs = t.validate(call.input if isinstance(call.input, Mapping) else {})
     except pydantic.ValidationError as exc:
-        return error_result(call.id, describe_validation_error(t, exc))
+        return error_result(call.id, describe_validation_error(t, exc), rt.secrets)
     fn = (
         functools.partial(t.fn, ctx, **kwargs)
         if t.takes_context
@@ -328,12 +332,12 @@ async def execute(
     while True:
         message = await _attempt(t, fn, rt)
         if isinstance(message, _Ok):
-            text = redact(to_content(message.value))
+            text = redact(to_content(message.value), rt.secrets)
             return ToolResultBlock(call.id, cap(text, rt.max_result_chars))
         if attempt >= t.max_retries:
             if attempt:
                 message = f"{message} (failed after {attempt + 1} attempts)"
-            return error_result(call.id, message)
+            return error_result(call.id, message, rt.secrets)
         await trio.sleep(min(0.25 * 2**attempt, 4.0) * (0.5 + random.random()))
         attempt += 1
 
