@@ -137,6 +137,10 @@ class Ledger:
         self.token_budget = token_budget
         self.cost_budget = cost_budget
         self.parent = parent
+        self.tracks_cost: bool = cost_budget is not None or (
+            parent is not None and parent.tracks_cost
+        )
+        """Whether any ledger in the chain has a cost budget (else reservations skip pricing)."""
         self.used_tokens = 0
         self.used_cost = 0.0
         self.reserved_tokens = 0

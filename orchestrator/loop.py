@@ -14,9 +14,10 @@ This module knows nothing of subagents: ``spawn_subagent`` is an ordinary tool b
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import AsyncIterator, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -63,7 +64,7 @@ from .models.base import (
     ModelResponse,
     ToolSpec,
 )
-from .policy import PendingCall, Policy
+from .policy import Decision, PendingCall, Policy
 from .redact import redact
 from .result import RunResult, RunStatus
 from .tools import Tool, ToolContext, ToolRuntime, error_result, execute
@@ -159,9 +160,12 @@ class Limiters:
     def __init__(self, chain: tuple[trio.CapacityLimiter, ...]) -> None:
         self.chain = chain
 
-    @asynccontextmanager
-    async def hold(self) -> AsyncIterator[None]:
+    def hold(self) -> AbstractAsyncContextManager[Any]:
         """Hold one token of every limiter in the chain, innermost first."""
+        return self.chain[0] if len(self.chain) == 1 else self._hold_all()
+
+    @asynccontextmanager
+    async def _hold_all(self) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
             for limiter in self.chain:
                 await stack.enter_async_context(limiter)
@@ -195,13 +199,18 @@ class AgentNode:
     turns: int = 0
     started_at: float = 0.0
     in_flight: list[ToolResultBlock | None] | None = None
+    model_context: ModelContext | None = None
+    assistant_turns: int = 0
+    """Assistant messages in the transcript (kept as it changes; test models index by it)."""
+    spawns: Any = None
+    """Bookkeeping of the spawn tool (spawn.SpawnBook); opaque to the loop."""
     context: ContextPolicy = field(default_factory=ContextPolicy)
     turn_log: list[TurnContext] = field(default_factory=list)
     parent: AgentNode | None = None
     _chars: int = 0
     _fixed_chars: int = 0
 
-    @property
+    @functools.cached_property
     def info(self) -> AgentInfo:
         return AgentInfo(self.agent.name, self.path, self.depth)
 
@@ -212,6 +221,8 @@ class AgentNode:
         """RESUME: add a message and keep the running size estimate current."""
         self.messages.append(message)
         self._chars += _message_chars(message)
+        if message.role == "assistant":
+            self.assistant_turns += 1
 
     def estimate(self) -> int:
         """Estimated input tokens of the next request (characters / 4)."""
@@ -221,6 +232,7 @@ class AgentNode:
         """Swap the transcript (after clearing or compaction) and recount its size."""
         self.messages = messages
         self._chars = sum(_message_chars(m) for m in messages)
+        self.assistant_turns = sum(1 for m in messages if m.role == "assistant")
 
     def finish(self, status: RunStatus, error: str | None = None, output: str = "") -> None:
         """End the agent, closing any unanswered tool calls so the transcript stays valid."""
@@ -272,7 +284,7 @@ def _message_chars(message: Message) -> int:
         elif isinstance(b, ToolResultBlock):
             n += len(b.content) + 16
         elif isinstance(b, ToolUseBlock):
-            n += len(b.name) + len(canonical_json(b.input)) + 16
+            n += len(b.name) + len(str(b.input)) + 16  # a size estimate: no need for JSON
         else:
             n += len(getattr(b, "thinking", ""))
     return n
@@ -286,15 +298,16 @@ def tool_specs(node: AgentNode) -> list[ToolSpec]:
 async def run_agent(node: AgentNode, run: RunState) -> None:
     """Run ``node``'s loop to its end. Cancellation from outside still finishes the node."""
     node.started_at = trio.current_time()
-    run.events.emit(
-        AgentStarted(
-            node.path,
-            node.agent.name,
-            node.depth,
-            node.parent.path if node.parent else None,
-            node.task,
+    if run.events.enabled:
+        run.events.emit(
+            AgentStarted(
+                node.path,
+                node.agent.name,
+                node.depth,
+                node.parent.path if node.parent else None,
+                node.task,
+            )
         )
-    )
 
     def attrs() -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -337,16 +350,17 @@ async def run_agent(node: AgentNode, run: RunState) -> None:
                 s.set_attribute("orchestrator.turns", node.turns)
                 s.set_attribute("orchestrator.children", len(node.children))
                 spans.record_outcome(s, node.status.value if node.status else "error", node.error)
-            run.events.emit(
-                AgentFinished(
-                    node.path,
-                    node.agent.name,
-                    (node.status or RunStatus.ERROR).value,
-                    node.error,
-                    node.subtree_usage(),
-                    node.turns,
+            if run.events.enabled:
+                run.events.emit(
+                    AgentFinished(
+                        node.path,
+                        node.agent.name,
+                        (node.status or RunStatus.ERROR).value,
+                        node.error,
+                        node.subtree_usage(),
+                        node.turns,
+                    )
                 )
-            )
 
 
 @dataclass(eq=False)
@@ -370,7 +384,7 @@ class _LoopState:
 async def _loop(node: AgentNode, run: RunState) -> None:
     specs = tool_specs(node)
     node._fixed_chars = len(node.agent.instructions) + sum(
-        len(s.description) + len(canonical_json(s.input_schema)) + len(s.name) for s in specs
+        t.spec_chars for t in node.tools.values()
     )
     state = _LoopState(
         specs=specs,
@@ -383,7 +397,8 @@ async def _loop(node: AgentNode, run: RunState) -> None:
     )
     while node.status is None:
         node.turns += 1
-        run.events.emit(TurnStarted(node.path, node.turns))
+        if run.events.enabled:
+            run.events.emit(TurnStarted(node.path, node.turns))
         turn_attrs = partial(_turn_attributes, run.run_id, node.turns, node.path)
         with spans.span(
             run.tracer, f"turn {node.agent.name}", SpanKind.INTERNAL, turn_attrs
@@ -639,7 +654,9 @@ async def _generate(
     try:
         reservation = await node.ledger.reserve(
             estimate + max_tokens,
-            model.cost(Usage(input_tokens=estimate, output_tokens=max_tokens)),
+            model.cost(Usage(input_tokens=estimate, output_tokens=max_tokens))
+            if node.ledger.tracks_cost
+            else 0.0,
         )
     except BudgetExceeded as exc:
         node.finish(RunStatus.BUDGET_EXCEEDED, str(exc))
@@ -651,8 +668,10 @@ async def _generate(
         max_tokens,
         node.info,
         estimate,
+        node.assistant_turns,
     )
-    ctx = ModelContext(run.clients, _text_sink(run, node))
+    ctx = node.model_context or ModelContext(run.clients, _text_sink(run, node))
+    node.model_context = ctx
     usage: Usage | None = None
     try:
         async with node.limiters.hold():
@@ -739,14 +758,18 @@ async def _call_one(
         SpanKind.INTERNAL,
         lambda: spans.tool_attributes(call, run.run_id, node.agent.name, run.capture),
     ) as s:
-        pending = PendingCall(call.name, call.input, call.id, node.agent.name, node.path)
-        refusal = await node.policy.check(pending, frozenset(node.tools))
+        if call.name in node.tools and node.policy.decide(call.name) is Decision.ALLOW:
+            refusal = None  # the common case, without building the approver's view of the call
+        else:
+            pending = PendingCall(call.name, call.input, call.id, node.agent.name, node.path)
+            refusal = await node.policy.check(pending, frozenset(node.tools))
         if refusal is not None:
             result = error_result(call.id, refusal, run.secrets)
             if s.is_recording():
                 s.set_attribute("orchestrator.refused", True)
         else:
-            run.events.emit(ToolStarted(node.path, call.name, call.id))
+            if run.events.enabled:
+                run.events.emit(ToolStarted(node.path, call.name, call.id))
             ctx = ToolContext(
                 run.run_id,
                 node.agent.name,
@@ -763,7 +786,8 @@ async def _call_one(
             result = await execute(node.tools[call.name], call, ctx, runtime)
         results[index] = result
         spans.record_tool_result(s, result, run.capture)
-        run.events.emit(ToolFinished(node.path, call.name, call.id, result.is_error))
+        if run.events.enabled:
+            run.events.emit(ToolFinished(node.path, call.name, call.id, result.is_error))
 
 
 def make_runtime(node_limits: Limits, run: RunState) -> ToolRuntime:

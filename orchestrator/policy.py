@@ -63,6 +63,10 @@ class Policy:
     rules: Mapping[str, RuleValue] = field(default_factory=dict)
     default: RuleValue = "allow"
     approver: Approver | None = None
+    _decisions: Mapping[str, Decision] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _default: Decision = field(default=Decision.ALLOW, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for name, value in {**self.rules, "<default>": self.default}.items():
@@ -75,10 +79,12 @@ class Policy:
                 f"Policy approver must be a callable taking a PendingCall, got {self.approver!r}"
             )
         object.__setattr__(self, "rules", dict(self.rules))
+        object.__setattr__(self, "_decisions", {k: Decision(v) for k, v in self.rules.items()})
+        object.__setattr__(self, "_default", Decision(self.default))
 
     def decide(self, tool_name: str) -> Decision:
         """The rule for ``tool_name`` (its own rule, else the default)."""
-        return Decision(self.rules.get(tool_name, self.default))
+        return self._decisions.get(tool_name, self._default)
 
     def combine(self, stricter_of: Policy | None) -> Policy:
         """One policy where, for each tool and for the default, the stricter rule wins.

@@ -23,7 +23,7 @@ from .context import ContextPolicy
 from .errors import ConfigurationError, ToolError
 from .limits import DEFAULT_LIMITS, TREE_WIDE_FIELDS, Ledger, Limits
 from .loop import AgentNode, Limiters, Quota, RunState, make_runtime, run_agent
-from .messages import Message, TextBlock, text_of
+from .messages import Message, TextBlock, ToolUseBlock, text_of
 from .models import resolve_model
 from .models.base import Model
 from .policy import Policy
@@ -33,11 +33,12 @@ from .tools import Tool, ToolContext
 __all__ = ["make_child", "make_root"]
 
 SPAWN_TOOL = "spawn_subagent"
+DEFAULT_CONTEXT = ContextPolicy()
 _SUMMARY_CHARS = 400
 
 
 def _per_agent_limits(agent: Agent, inherited: Limits) -> Limits:
-    return (agent.limits or Limits()).fill(inherited)
+    return inherited if agent.limits is None else agent.limits.fill(inherited)
 
 
 def make_root(run: RunState, agent: Agent, prompt: str, history: list[Message]) -> AgentNode:
@@ -66,7 +67,7 @@ def make_root(run: RunState, agent: Agent, prompt: str, history: list[Message]) 
         agent_quota=quota,
         deadline=run.deadline,
         own_deadline=math.inf,
-        context=run.context or agent.context or ContextPolicy(),
+        context=run.context or agent.context or DEFAULT_CONTEXT,
         task=prompt,
         runtime=make_runtime(limits, run),
     )
@@ -88,22 +89,43 @@ def _tree_wide(limits: Limits | None) -> Limits:
     return Limits(**{k: v for k, v in limits.to_dict().items() if k in TREE_WIDE_FIELDS})
 
 
-def _ordinal(parent: AgentNode, call_id: str, agent_name: str) -> int:
-    """The n-th spawn of ``agent_name`` by ``parent``, counted in call order (not start order).
+class SpawnBook:
+    """A parent's spawn calls numbered in call order, kept incrementally (O(1) per spawn).
 
     Siblings of one turn start in whatever order the scheduler picks; numbering them from the
-    transcript keeps paths (and so trace attributes and results) deterministic.
+    transcript keeps paths deterministic (``lead/researcher#2`` is the second call for a
+    researcher), and counting slots in call order decides which spawn ``max_children``
+    refuses, whatever order they start in.
     """
-    n = 0
-    for message in parent.messages:
-        if message.role != "assistant":
-            continue
-        for call in message.tool_uses:
-            if call.name == SPAWN_TOOL and call.input.get("agent") == agent_name:
-                n += 1
-            if call.id == call_id:
-                return n
-    return n + 1
+
+    __slots__ = ("_source", "ordinal", "per_agent", "scanned", "slot_in_turn", "started_in_turn")
+
+    def __init__(self) -> None:
+        self._source: list[Message] | None = None
+        self.scanned = 0
+        self.ordinal: dict[str, int] = {}
+        self.slot_in_turn: dict[str, int] = {}
+        self.per_agent: dict[str, int] = {}
+        self.started_in_turn: dict[int, int] = {}
+
+    def scan(self, messages: list[Message]) -> None:
+        """Number the spawn calls of messages not seen yet (a compacted transcript restarts)."""
+        if messages is not self._source:
+            self._source, self.scanned = messages, 0
+        for message in messages[self.scanned :]:
+            if message.role != "assistant":
+                continue
+            position = 0
+            for call in message.content:
+                if not isinstance(call, ToolUseBlock) or call.name != SPAWN_TOOL:
+                    continue
+                if call.id not in self.ordinal:
+                    name = str(call.input.get("agent"))
+                    self.per_agent[name] = self.per_agent.get(name, 0) + 1
+                    self.ordinal[call.id] = self.per_agent[name]
+                    self.slot_in_turn[call.id] = position
+                position += 1
+        self.scanned = len(messages)
 
 
 def make_child(
@@ -127,12 +149,11 @@ def make_child(
             )
         base = {n: t for n, t in base.items() if n in set(tool_names)}
     limits = _per_agent_limits(agent, parent.limits)
-    # The slot is counted in call order (not start order), so which of a turn's spawns is
-    # refused at max_children does not depend on how the scheduler orders the siblings.
-    this_turn = parent.messages[-1].tool_uses[: key[1]] if parent.messages else []
-    slot = sum(1 for k, _ in parent.children if k[0] < key[0]) + sum(
-        1 for c in this_turn if c.name == SPAWN_TOOL
-    )
+    book = parent.spawns if isinstance(parent.spawns, SpawnBook) else SpawnBook()
+    parent.spawns = book
+    book.scan(parent.messages)
+    started_earlier = len(parent.children) - book.started_in_turn.get(key[0], 0)
+    slot = started_earlier + book.slot_in_turn.get(call_id, key[1])
     max_children = parent.limits.max_children or 0
     if slot >= max_children:
         raise ToolError(
@@ -154,28 +175,29 @@ def make_child(
     if own.max_concurrency is not None:
         limiters = Limiters((trio.CapacityLimiter(own.max_concurrency), *parent.limiters.chain))
     own_deadline = trio.current_time() + own.timeout if own.timeout is not None else math.inf
-    index = _ordinal(parent, call_id, agent.name)
+    index = book.ordinal.get(call_id, book.per_agent.get(agent.name, 0) + 1)
     child = AgentNode(
         agent=agent,
         path=f"{parent.path}/{agent.name}#{index}",
         depth=parent.depth + 1,
         model=_model_for(agent, parent, run),
         limits=limits,
-        policy=(agent.policy or Policy()).combine(parent.policy),
+        policy=parent.policy if agent.policy is None else agent.policy.combine(parent.policy),
         tools=base,
         ledger=ledger,
         limiters=limiters,
         agent_quota=quota,
         deadline=min(parent.deadline, own_deadline),
         own_deadline=own_deadline,
-        context=run.context or agent.context or ContextPolicy(),
+        context=run.context or agent.context or DEFAULT_CONTEXT,
         task=task,
-        runtime=make_runtime(limits, run),
+        runtime=parent.runtime if limits is parent.limits else make_runtime(limits, run),
         parent=parent,
     )
     _add_spawn_tool(child, run)
     child.append(Message.user(task))
     parent.children.append((key, child))
+    book.started_in_turn[key[0]] = book.started_in_turn.get(key[0], 0) + 1
     return child
 
 
@@ -194,7 +216,11 @@ def _model_for(agent: Agent, parent: AgentNode | None, run: RunState) -> Model:
 def _add_spawn_tool(node: AgentNode, run: RunState) -> None:
     subagents = run.tree.subagents_of(node.agent)
     if subagents and node.depth < (node.limits.max_depth or 0):
-        node.tools[SPAWN_TOOL] = build_spawn_tool(subagents)
+        # stateless (run and parent come from the call's context): built once per agent and run
+        key = ("spawn_tool", node.agent.name)
+        if key not in run.tree.cache:
+            run.tree.cache[key] = build_spawn_tool(subagents)
+        node.tools[SPAWN_TOOL] = run.tree.cache[key]
 
 
 def build_spawn_tool(subagents: tuple[Agent, ...]) -> Tool:

@@ -74,6 +74,7 @@ class Tool:
     """
 
     __slots__ = (
+        "_fields",
         "_spec",
         "args_model",
         "description",
@@ -84,6 +85,7 @@ class Tool:
         "max_retries",
         "name",
         "runtime_tool",
+        "spec_chars",
         "takes_context",
     )
 
@@ -127,6 +129,9 @@ class Tool:
                 prop.pop("title", None)
         self.input_schema: dict[str, Any] = schema
         self._spec = ToolSpec(self.name, self.description, self.input_schema)
+        self._fields = tuple(self.args_model.model_fields)
+        self.spec_chars = len(self.name) + len(self.description) + len(canonical_json(schema))
+        """The tool's size in the prompt, for input estimates."""
 
     @property
     def spec(self) -> ToolSpec:
@@ -139,7 +144,7 @@ class Tool:
     def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """Validated keyword arguments for the function; raises pydantic's ValidationError."""
         model = self.args_model.model_validate(arguments)
-        return {name: getattr(model, name) for name in type(model).model_fields}
+        return {name: getattr(model, name) for name in self._fields}
 
 
 @overload
@@ -353,7 +358,7 @@ async def _attempt(t: Tool, fn: Callable[[], Any], rt: ToolRuntime) -> _Ok | str
     try:
         with trio.move_on_after(timeout):
             if t.is_async:
-                return _Ok(await typing.cast(Callable[[], Awaitable[Any]], fn)())
+                return _Ok(await typing.cast("Callable[[], Awaitable[Any]]", fn)())
             try:
                 return _Ok(
                     await trio.to_thread.run_sync(

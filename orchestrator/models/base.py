@@ -65,6 +65,14 @@ class ModelRequest:
     agent: AgentInfo
     input_tokens_estimate: int = 0
     """The loop's running estimate of this request's input size (characters / 4)."""
+    assistant_turns: int = -1
+    """Assistant messages in ``messages`` (``-1``: not counted; count them)."""
+
+    def turn_index(self) -> int:
+        """How many assistant turns the transcript holds (the step a script answers with)."""
+        if self.assistant_turns >= 0:
+            return self.assistant_turns
+        return sum(1 for m in self.messages if m.role == "assistant")
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,7 +62,7 @@ def _finish(step: Any, request: ModelRequest, model_name: str) -> ModelResponse:
             fatal=True,
             kind="invalid_script",
         )
-    turn = sum(1 for m in request.messages if m.role == "assistant")
+    turn = request.turn_index()
     content = tuple(
         ToolUseBlock(f"toolu_{turn:03d}_{i}", b.name, b.input)
         if isinstance(b, ToolUseBlock) and b.id == _UNSET_ID
@@ -122,7 +122,7 @@ class ScriptedModel:
             steps = self._by_agent[agent]
         else:
             steps = self._steps
-        index = sum(1 for m in request.messages if m.role == "assistant")
+        index = request.turn_index()
         if index >= len(steps):
             raise ModelError(
                 f"ScriptedModel script for agent {agent!r} ({request.agent.path}) has no step "
