@@ -13,6 +13,7 @@ This module knows nothing of subagents: ``spawn_subagent`` is an ordinary tool b
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -332,14 +333,20 @@ async def run_agent(node: AgentNode, run: RunState) -> None:
         records_outcome=True,
     ) as s:
         try:
-            with trio.CancelScope(deadline=node.own_deadline) as own_scope:
+            # an agent's own timeout is a cancel scope; without one, no scope is needed
+            own_scope = (
+                trio.CancelScope(deadline=node.own_deadline)
+                if node.own_deadline < math.inf
+                else None
+            )
+            with own_scope or contextlib.nullcontext():
                 try:
                     await _loop(node, run)
                 except BaseException as exc:
                     if is_cancellation(exc):
                         node.finish(*run.cut_status(node))
                     raise
-            if own_scope.cancelled_caught:
+            if own_scope is not None and own_scope.cancelled_caught:
                 node.finish(RunStatus.TIMEOUT, f"agent timeout reached after {node.elapsed():.1f}s")
         finally:
             if node.status is None:  # an orchestrator bug is propagating: still leave a valid node

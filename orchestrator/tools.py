@@ -12,6 +12,7 @@ the model can often recover and an exception would lose the whole run.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import json
@@ -356,7 +357,7 @@ async def _attempt(t: Tool, fn: Callable[[], Any], rt: ToolRuntime) -> _Ok | str
     """One call: the value, or the error text the model should read."""
     timeout = float("inf") if t.runtime_tool else rt.timeout
     try:
-        with trio.move_on_after(timeout):
+        with trio.move_on_after(timeout) if timeout < float("inf") else contextlib.nullcontext():
             if t.is_async:
                 return _Ok(await typing.cast("Callable[[], Awaitable[Any]]", fn)())
             try:
