@@ -53,7 +53,6 @@ from .messages import (
     ToolResultBlock,
     ToolUseBlock,
     Usage,
-    canonical_json,
     text_of,
 )
 from .models.base import (
@@ -379,7 +378,7 @@ class _LoopState:
     repeat_limit: int
     max_errors: int
     compaction_allowed: bool
-    last_signature: frozenset[tuple[str, str]] | None = None
+    last_calls: list[ToolUseBlock] = field(default_factory=list)
     repeats: int = 0
     error_turns: int = 0
     context_retry: bool = False
@@ -532,9 +531,8 @@ async def _parse_step(
     if not calls:
         node.finish(RunStatus.ERROR, "stop_reason 'tool_use' without any tool call")
         return []
-    signature = frozenset((c.name, canonical_json(c.input)) for c in calls)
-    state.repeats = state.repeats + 1 if signature == state.last_signature else 1
-    state.last_signature = signature
+    state.repeats = state.repeats + 1 if _same_calls(calls, state.last_calls) else 1
+    state.last_calls = calls
     if state.repeats >= state.repeat_limit:
         node.finish(
             RunStatus.REPEAT_GUARD,
@@ -566,6 +564,22 @@ def _check_turns(node: AgentNode, state: _LoopState, when: str) -> bool:
     if node.turns >= state.max_turns:
         node.finish(RunStatus.MAX_TURNS, f"reached max_turns ({state.max_turns}) {when}")
         return False
+    return True
+
+
+def _same_calls(calls: list[ToolUseBlock], previous: list[ToolUseBlock]) -> bool:
+    """Whether two turns ask for the same calls (names and arguments, as a set).
+
+    Dict equality ignores key order, so no canonical JSON is needed for the comparison.
+    """
+    if len(calls) != len(previous):
+        return False
+    remaining = [(c.name, c.input) for c in previous]
+    for call in calls:
+        try:
+            remaining.remove((call.name, call.input))
+        except ValueError:
+            return False
     return True
 
 
