@@ -17,10 +17,9 @@ import sys
 
 import trio
 
-from orchestrator import Agent, Policy, run_sync, tool
-from orchestrator.models import FunctionModel, text, tool_call
-from orchestrator.models.base import ModelRequest
-from orchestrator.policy import PendingCall
+from orchestrator import Agent, PendingCall, Policy, ToolResultBlock, run_sync, tool
+from orchestrator.models import FunctionModel, ModelRequest, text, tool_call
+from orchestrator.models.scripted import Step
 
 DRAFTS = {"draft-1": "An early outline.", "draft-2": "Notes for the next release."}
 
@@ -41,20 +40,22 @@ def delete_draft(name: str) -> str:
 
 async def ask(call: PendingCall) -> bool:
     """Ask on the terminal whether ``call`` may run; True only for an answer starting with y."""
-    sys.stderr.write(f"{call.agent_path} wants to run {call.name}({dict(call.input)}). Allow? [y/N] ")
+    sys.stderr.write(
+        f"{call.agent_path} wants to run {call.name}({dict(call.input)}). Allow? [y/N] "
+    )
     sys.stderr.flush()
     # never block the trio loop thread on stdin; abandon the read if the run is cancelled
-    line = await trio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
+    line: str = await trio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
     if not sys.stdin.isatty():  # answered from a pipe: show the answer as if typed
         sys.stderr.write((line.strip() or "(no answer)") + "\n")
     return line.strip().lower().startswith("y")
 
 
-def decide(request: ModelRequest):
+def decide(request: ModelRequest) -> Step:
     """The 'model': ask to delete draft-1, then report what happened."""
     if not any(m.role == "assistant" for m in request.messages):
         return tool_call("delete_draft", {"name": "draft-1"})
-    result = next(b for b in request.messages[-1].content if b.type == "tool_result")
+    result = next(b for b in request.messages[-1].content if isinstance(b, ToolResultBlock))
     if result.is_error:
         return text(f"I did not delete draft-1: {result.content}")
     return text(f"Done: {result.content}.")

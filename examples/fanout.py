@@ -15,9 +15,9 @@ import time
 
 import trio
 
-from orchestrator import Agent, Limits, run_sync, tool
-from orchestrator.models import FunctionModel, text, tool_call
-from orchestrator.models.base import ModelRequest
+from orchestrator import Agent, Limits, TextBlock, ToolResultBlock, run_sync, tool
+from orchestrator.models import FunctionModel, ModelRequest, text, tool_call
+from orchestrator.models.scripted import Step
 
 WORKERS = 20
 
@@ -36,10 +36,10 @@ async def square(n: int) -> int:
 def _results(request: ModelRequest) -> list[str]:
     """The tool results in the last user message of the request."""
     last = request.messages[-1]
-    return [b.content for b in last.content if b.type == "tool_result"]
+    return [b.content for b in last.content if isinstance(b, ToolResultBlock)]
 
 
-def decide(request: ModelRequest):
+def decide(request: ModelRequest) -> Step:
     """The whole 'model': what the lead and the workers say, read from each request."""
     turn = sum(1 for m in request.messages if m.role == "assistant")
     if request.agent.name == "lead":
@@ -52,7 +52,7 @@ def decide(request: ModelRequest):
         return text(f"The sum of the squares of 1..{WORKERS} is {total}.")
     # a worker: its task is the first user message, e.g. "square 7"
     if turn == 0:
-        task = request.messages[0].content[0].text
+        task = next(b.text for b in request.messages[0].content if isinstance(b, TextBlock))
         return tool_call("square", {"n": int(task.split()[-1])})
     return text(f"squared: {_results(request)[0]}")
 

@@ -197,7 +197,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         model = f"anthropic:{model}"
     agent, model, offline = offline_fallback(agent, model)
     err = sys.stderr
-    if offline and not args.json:
+    if offline and not (args.json or args.quiet):
         err.write(
             "No ANTHROPIC_API_KEY set: running on the offline model (deterministic, no LLM).\n"
         )

@@ -67,7 +67,7 @@ from .models.base import (
 from .policy import Decision, PendingCall, Policy
 from .redact import redact
 from .result import RunResult, RunStatus
-from .tools import Tool, ToolContext, ToolRuntime, error_result, execute
+from .tools import Tool, ToolContext, ToolRuntime, describe_exception, error_result, execute
 
 __all__ = ["AgentNode", "RunState", "run_agent"]
 
@@ -145,7 +145,10 @@ class RunState:
             return RunStatus.CANCELLED, "the run was cancelled"
         if trio.current_time() >= node.deadline:
             return RunStatus.TIMEOUT, f"deadline reached after {node.elapsed():.1f}s"
-        return RunStatus.CANCELLED, "cancelled by an enclosing cancel scope"
+        return (
+            RunStatus.CANCELLED,
+            "cancelled from outside the run (an enclosing cancel scope, or its open_run block was left)",
+        )
 
     def abandoned(self) -> None:
         self.abandoned_threads += 1
@@ -718,7 +721,7 @@ async def _generate(
                 except Exception as exc:  # a model adapter or FunctionModel bug: end this agent
                     usage = Usage()
                     spans.record_outcome(s, type(exc).__name__, str(exc))
-                    node.finish(RunStatus.ERROR, f"model call raised {type(exc).__name__}: {exc}")
+                    node.finish(RunStatus.ERROR, f"model call raised {describe_exception(exc)}")
                     return None
                 usage = response.usage
                 spans.record_chat_response(s, response, run.capture)

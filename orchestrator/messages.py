@@ -165,7 +165,8 @@ def to_wire(block: Block) -> dict[str, Any]:
     if isinstance(block, TextBlock):
         return {"type": "text", "text": block.text}
     if isinstance(block, ToolUseBlock):
-        return {"type": "tool_use", "id": block.id, "name": block.name, "input": dict(block.input)}
+        tool_input = dict(block.input) if isinstance(block.input, Mapping) else block.input
+        return {"type": "tool_use", "id": block.id, "name": block.name, "input": tool_input}
     if isinstance(block, ToolResultBlock):
         out: dict[str, Any] = {
             "type": "tool_result",

@@ -119,9 +119,15 @@ class Policy:
             return (
                 f"tool {call.name!r} needs approval and no approver is configured; it was not run"
             )
-        verdict = self.approver(call)
-        if inspect.isawaitable(verdict):
-            verdict = await verdict
+        try:
+            verdict = self.approver(call)
+            if inspect.isawaitable(verdict):
+                verdict = await verdict
+        except Exception as exc:  # fail closed: an approver that breaks approves nothing
+            return (
+                f"the approver failed ({type(exc).__name__}) on the call to {call.name!r}; "
+                "it was not run"
+            )
         if verdict is True:
             return None
         return f"the call to {call.name!r} was declined by the approver; it was not run"

@@ -144,8 +144,8 @@ async def open_run(
             try:
                 yield handle
             finally:
-                if not handle.done:
-                    handle.cancel()
+                if not handle.done:  # the block was left early: not a cancel() by the caller
+                    state.scope.cancel()
                 with trio.CancelScope(shield=True):
                     await handle._done.wait()
     finally:

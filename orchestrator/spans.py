@@ -91,7 +91,10 @@ class _LiveSpan:
             self._name, kind=self._kind, record_exception=False, set_status_on_exception=False
         )
         if self._attributes is not None and s.is_recording():
-            s.set_attributes(self._attributes())
+            try:
+                s.set_attributes(self._attributes())
+            except Exception as exc:  # describing the span must never break the run
+                s.set_attribute("orchestrator.attribute_error", type(exc).__name__)
         self._span = s
         self._token = otel_context.attach(trace.set_span_in_context(s))
         return s
@@ -219,7 +222,7 @@ def tool_attributes(
         "gen_ai.agent.name": agent_name,
     }
     if capture:
-        attrs["gen_ai.tool.call.arguments"] = content_for_span(dict(call.input))
+        attrs["gen_ai.tool.call.arguments"] = content_for_span(call.input)
     return attrs
 
 

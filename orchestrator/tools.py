@@ -287,6 +287,15 @@ def to_content(value: Any) -> str:
     return str(value)
 
 
+def describe_exception(exc: BaseException, *, with_type: bool = True) -> str:
+    """``Type: message`` for an exception, even one whose ``str()`` raises."""
+    try:
+        message = str(exc)
+    except Exception:
+        message = "(its message could not be read)"
+    return f"{type(exc).__name__}: {message}" if with_type else message
+
+
 def cap(text: str, limit: int) -> str:
     """``text`` cut to ``limit`` characters with a visible marker saying what was cut."""
     if len(text) <= limit:
@@ -325,8 +334,15 @@ async def execute(
     killed); the abandoned thread is reported through ``rt.on_abandoned_thread``. Cancellation
     from outside propagates: the caller records a synthetic result for the cut call.
     """
+    if not isinstance(call.input, Mapping):
+        return error_result(
+            call.id,
+            f"arguments for tool {t.name!r} must be a JSON object, got {type(call.input).__name__}. "
+            f"Call it again with arguments matching this schema: {canonical_json(t.input_schema)}",
+            rt.secrets,
+        )
     try:
-        kwargs = t.validate(call.input if isinstance(call.input, Mapping) else {})
+        kwargs = t.validate(call.input)
     except pydantic.ValidationError as exc:
         return error_result(call.id, describe_validation_error(t, exc), rt.secrets)
     fn = (
@@ -338,7 +354,15 @@ async def execute(
     while True:
         message = await _attempt(t, fn, rt)
         if isinstance(message, _Ok):
-            text = redact(to_content(message.value), rt.secrets)
+            try:
+                text = redact(to_content(message.value), rt.secrets)
+            except Exception as exc:  # a value whose str() or JSON form raises
+                return error_result(
+                    call.id,
+                    f"tool {t.name!r} returned a {type(message.value).__name__} that cannot be "
+                    f"shown as text ({describe_exception(exc)}); return a string or JSON data",
+                    rt.secrets,
+                )
             return ToolResultBlock(call.id, cap(text, rt.max_result_chars))
         if attempt >= t.max_retries:
             if attempt:
@@ -346,6 +370,23 @@ async def execute(
             return error_result(call.id, message, rt.secrets)
         await trio.sleep(min(0.25 * 2**attempt, 4.0) * (0.5 + random.random()))
         attempt += 1
+
+
+class _SeenLimiter:
+    """The run's thread limiter, remembering whether this call got a slot (so a thread)."""
+
+    __slots__ = ("acquired", "inner")
+
+    def __init__(self, inner: trio.CapacityLimiter) -> None:
+        self.inner = inner
+        self.acquired = False
+
+    async def acquire_on_behalf_of(self, borrower: object) -> None:
+        await self.inner.acquire_on_behalf_of(borrower)
+        self.acquired = True
+
+    def release_on_behalf_of(self, borrower: object) -> None:
+        self.inner.release_on_behalf_of(borrower)
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,25 +401,28 @@ async def _attempt(t: Tool, fn: Callable[[], Any], rt: ToolRuntime) -> _Ok | str
         with trio.move_on_after(timeout) if timeout < float("inf") else contextlib.nullcontext():
             if t.is_async:
                 return _Ok(await typing.cast("Callable[[], Awaitable[Any]]", fn)())
+            limiter = _SeenLimiter(rt.thread_limiter)
             try:
                 return _Ok(
                     await trio.to_thread.run_sync(
-                        fn, abandon_on_cancel=True, limiter=rt.thread_limiter
+                        fn,
+                        abandon_on_cancel=True,
+                        limiter=typing.cast("trio.CapacityLimiter", limiter),
                     )
                 )
             except BaseException as exc:
-                # by our timeout or by a cancellation from outside: the thread cannot be
-                # stopped, so it is left to finish on its own and counted
-                if is_cancellation(exc):
+                # by our timeout or by a cancellation from outside: a thread that got its slot
+                # cannot be stopped, so it is left to finish on its own and counted
+                if limiter.acquired and is_cancellation(exc):
                     rt.on_abandoned_thread()
                 raise
     except ToolError as exc:
-        return str(exc)
+        return describe_exception(exc, with_type=False)
     except Exception as exc:
         if t.runtime_tool:  # an exception from the runtime's own tool is a bug: let it show
             raise
         return (
-            f"tool {t.name!r} raised {type(exc).__name__}: {exc}. "
+            f"tool {t.name!r} raised {describe_exception(exc)}. "
             "Check the arguments, or try a different approach."
         )
     return (

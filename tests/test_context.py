@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 import trio
-from conftest import check_transcript
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from support.transcripts import check_transcript
 
 from orchestrator import (
     Agent,

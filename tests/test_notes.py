@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import check_transcript
+from support.transcripts import check_transcript
 
 from orchestrator import Agent, Limits, RunStatus, ToolContext, ToolError, run, tool
 from orchestrator.context import ContextPolicy

@@ -1,0 +1,209 @@
+"""Model and provider faults at depth 0, 1 and 2, through the real anthropic SDK and the local
+fake Messages API server: 429, 529, 500, a dropped connection, a mid-stream overloaded_error,
+a malformed body and a 401.
+
+The faulty agent runs ``AnthropicModel(api_key=<canary>, base_url=<fake server>,
+max_retries=1)``: its first call succeeds (a tool call), every later one meets the fault, so a
+retryable fault is retried once and then ends the agent with ``error``; its parent sees an
+``is_error`` result and goes on. A 401 is fatal: it ends the whole run with ``error``. The
+server echoes the key into its error messages, so the canary check proves the adapter keeps it
+out. Virtual time jumps only after 0.2 s of real idleness (``MockClock(autojump_threshold=0.2)``,
+like tests/test_models_anthropic.py with a little more margin): requests in flight to the server
+are not disturbed, backoff sleeps are skipped. The cancellation test runs on the real clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import trio.testing
+from faultkit import (
+    CANARY,
+    DEPTHS,
+    FAULTY,
+    Observer,
+    chain,
+    describe,
+    expect,
+    find_faulty,
+)
+from support.fake_messages_server import (
+    Drop,
+    Error,
+    FakeMessagesServer,
+    Malformed,
+    Reply,
+    Stall,
+    StreamError,
+    tool_use,
+)
+
+from orchestrator import Agent, Limits, RunStatus, tool
+from orchestrator.models import AnthropicModel
+
+LIMITS = Limits(timeout=60)
+MAX_RETRIES = 1
+
+
+@pytest.fixture
+def virtual_clock() -> trio.testing.MockClock:
+    return trio.testing.MockClock(autojump_threshold=0.2)
+
+
+@pytest.fixture
+def server() -> Iterator[FakeMessagesServer]:
+    with FakeMessagesServer() as fake:
+        yield fake
+    assert not fake.errors, fake.errors
+
+
+@tool
+async def search(query: str) -> str:
+    """Search.
+
+    Args:
+        query: what to look for
+    """
+    return f"results for {query}"
+
+
+RETRYABLE = expect("error", "completed", parent_error=True)
+FATAL = expect("error", "error", parent_error=True)
+
+CASES: dict[str, tuple[Reply, Any, str, str]] = {
+    # fault: (reply, expectation by depth, error.type on the failed chat span, description)
+    "model 429": (
+        Error(
+            429, "rate_limit_error", "Rate limited for key {api_key}", headers={"retry-after": "1"}
+        ),
+        RETRYABLE,
+        "rate_limit",
+        "HTTP 429 with retry-after: 1 on every call after the first (the error message echoes "
+        "the key)",
+    ),
+    "model 529": (
+        Error(529, "overloaded_error", "Overloaded (key {api_key})"),
+        RETRYABLE,
+        "overloaded",
+        "HTTP 529 overloaded_error on every call after the first",
+    ),
+    "model 500": (
+        Error(500, "api_error", "Internal server error for {api_key}"),
+        RETRYABLE,
+        "api_error",
+        "HTTP 500 api_error on every call after the first",
+    ),
+    "dropped connection": (
+        Drop(),
+        RETRYABLE,
+        "connection",
+        "the server reads the request and closes the connection without answering",
+    ),
+    "mid-stream overloaded_error": (
+        StreamError("overloaded_error", "Overloaded"),
+        RETRYABLE,
+        "overloaded",
+        "a 200 stream that sends message_start, then an `event: error` overloaded_error",
+    ),
+    "malformed body": (
+        Malformed(),
+        RETRYABLE,
+        "malformed_response",
+        "a 200 stream whose first event is truncated JSON",
+    ),
+    "model 401": (
+        Error(401, "authentication_error", "invalid x-api-key {api_key}"),
+        FATAL,
+        "authentication",
+        "HTTP 401 authentication_error (fatal: not retried, ends the whole run)",
+    ),
+}
+for _name, (_r, _e, _k, _d) in CASES.items():
+    describe(_name, _d, order=201)
+
+
+def responder_for(fault: Reply) -> Any:
+    """The first call of an agent gets a tool call; every call after its tool result, ``fault``."""
+
+    def respond(body: dict[str, Any]) -> Reply:
+        answered = any(
+            isinstance(m.get("content"), list)
+            and any(b.get("type") == "tool_result" for b in m["content"])
+            for m in body["messages"]
+        )
+        return fault if answered else tool_use("search", {"query": "first"})
+
+    return respond
+
+
+@pytest.mark.parametrize("depth", DEPTHS)
+@pytest.mark.parametrize("fault", list(CASES))
+async def test_model_fault(
+    fault: str,
+    depth: int,
+    obs: Observer,
+    server: FakeMessagesServer,
+    virtual_clock: trio.testing.MockClock,
+) -> None:
+    reply, want, kind, _ = CASES[fault]
+    server.responder = responder_for(reply)
+    model = AnthropicModel(
+        "claude-haiku-5-5",
+        api_key=CANARY,
+        base_url=server.url,
+        max_retries=MAX_RETRIES,
+        timeout=None,
+    )
+    faulty = Agent(
+        FAULTY, "The agent under test.", description="the faulty agent", model=model, tools=[search]
+    )
+    out = await obs.run(chain(faulty, depth), limits=LIMITS)
+    obs.verify(
+        fault, depth, out, want(depth), limits=LIMITS, max_elapsed=3.0, error_span_kinds=[kind]
+    )
+
+    node = find_faulty(out.result, depth)
+    assert node is not None
+    assert node.turns == 2 and node.error and kind.replace("_", " ") in node.error
+    assert [m.role for m in node.messages] == ["user", "assistant", "user"]  # the tool round
+    calls = [r for r in server.requests if r.path == "/v1/messages"]
+    fatal = want is FATAL  # not retried
+    assert len(calls) == (2 if fatal else 2 + MAX_RETRIES), [r.reply for r in calls]
+    if fatal:  # the whole run ends with error, every agent that was still running too
+        assert out.result is not None and out.result.status is RunStatus.ERROR
+
+
+CANCEL_STREAM = describe(
+    "cancel during a streaming model call",
+    "the server starts a streamed answer and stalls mid-stream; handle.cancel() after 0.5 s of "
+    "real time stops the tree at once, the connection closed, nothing left running",
+    order=210,
+)
+
+
+@pytest.mark.parametrize("depth", DEPTHS)
+async def test_cancel_during_a_streaming_model_call(
+    depth: int, obs: Observer, server: FakeMessagesServer
+) -> None:
+    """Real time: the cut lands while the SDK reads a stalled stream from a real socket."""
+    server.responder = lambda body: Stall(30, mid_stream=True)
+    model = AnthropicModel(
+        "claude-haiku-5-5", api_key=CANARY, base_url=server.url, max_retries=0, timeout=None
+    )
+    faulty = Agent(
+        FAULTY, "The agent under test.", description="the faulty agent", model=model, tools=[search]
+    )
+    out = await obs.run(chain(faulty, depth), limits=LIMITS, cancel_after=0.5)
+    obs.verify(
+        CANCEL_STREAM,
+        depth,
+        out,
+        expect("cancelled", "cancelled", parent_error=True)(depth),
+        limits=LIMITS,
+        max_elapsed=2.0,
+        promptly=0.5,
+    )
+    node = find_faulty(out.result, depth)
+    assert node is not None and [m.role for m in node.messages] == ["user"]

@@ -1,0 +1,693 @@
+"""The ``orchestrator`` command end to end, each test in a subprocess with its own working folder.
+
+Every test runs ``python -m orchestrator.cli`` with the test's ``tmp_path`` as the working
+directory (so ``runs/`` lands there), without ``ANTHROPIC_API_KEY`` and without any ``OTEL_*``
+variable (so traces are written as OTLP/JSON lines under ``runs/``). The agent trees are tiny
+files written into ``tmp_path``; none of them names an anthropic model except the offline-fallback
+ones, so most runs never import the anthropic SDK.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import math
+import os
+import re
+import select
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.cli import EXIT_CODES
+from orchestrator.result import RunStatus
+from orchestrator.traceview import SpanRecord, load_trace
+
+AGENTS = textwrap.dedent(
+    '''
+    """Tiny agent trees, one per run status, for the CLI tests."""
+
+    import pathlib
+
+    import trio
+
+    from orchestrator import Agent, tool
+    from orchestrator.models import FunctionModel, ScriptedModel, response, text, tool_call
+
+    HERE = pathlib.Path(__file__).parent
+
+
+    @tool
+    def echo(word: str) -> str:
+        """Echo a word back.
+
+        Args:
+            word: The word.
+        """
+        return word
+
+
+    @tool
+    async def nap(seconds: float) -> str:
+        """Sleep for a while (leaves a marker file when it starts).
+
+        Args:
+            seconds: How long to sleep.
+        """
+        (HERE / "napping").write_text("started")
+        await trio.sleep(seconds)
+        return "rested"
+
+
+    @tool
+    async def stubborn_nap(seconds: float) -> str:
+        """Sleep, and refuse to be cancelled (so only a second Ctrl-C can end the process).
+
+        Args:
+            seconds: How long to sleep.
+        """
+        (HERE / "napping").write_text("started")
+        with trio.CancelScope(shield=True):
+            await trio.sleep(seconds)
+        return "rested"
+
+
+    def turn(request):
+        return sum(1 for m in request.messages if m.role == "assistant")
+
+
+    def must_not_be_called(request):
+        (HERE / "model_called").write_text(request.agent.name)
+        return text("the model was called")
+
+
+    agent = Agent(
+        "solo",
+        "Answer with the echo tool.",
+        model=ScriptedModel([tool_call("echo", {"word": "hi"}), text("The answer is 42.")]),
+        tools=[echo],
+    )
+    looper = Agent(
+        "looper",
+        "Never finish.",
+        model=FunctionModel(lambda r: tool_call("echo", {"word": f"w{turn(r)}"})),
+        tools=[echo],
+    )
+    oddball = Agent(
+        "oddball", "Stop oddly.", model=ScriptedModel([response(text("hm"), stop_reason="mystery")])
+    )
+    sleeper = Agent(
+        "sleeper",
+        "Sleep, then answer.",
+        model=ScriptedModel([tool_call("nap", {"seconds": 60}), text("woke up")]),
+        tools=[nap],
+    )
+    stubborn = Agent(
+        "stubborn",
+        "Sleep through anything.",
+        model=ScriptedModel([tool_call("stubborn_nap", {"seconds": 60}), text("woke up")]),
+        tools=[stubborn_nap],
+    )
+    spender = Agent(
+        "spender",
+        "Spend tokens.",
+        model=FunctionModel(lambda r: tool_call("echo", {"word": f"w{turn(r)}"})),
+        tools=[echo],
+        max_output_tokens=20,
+    )
+    parrot = Agent(
+        "parrot",
+        "Repeat yourself.",
+        model=FunctionModel(lambda r: tool_call("echo", {"word": "same"})),
+        tools=[echo],
+    )
+    worker = Agent("worker", "Nap, then report.", description="Naps.", tools=[nap])
+    team = Agent(
+        "lead",
+        "Spawn three workers.",
+        model=ScriptedModel(
+            {
+                "lead": [
+                    [
+                        tool_call("spawn_subagent", {"agent": "worker", "task": f"nap {i}"})
+                        for i in range(3)
+                    ],
+                    text("The team is rested."),
+                ],
+                "worker": [tool_call("nap", {"seconds": 0.5}), text("rested")],
+            }
+        ),
+        subagents=[worker],
+    )
+    dry = Agent(
+        "dry",
+        "Never run.",
+        model=FunctionModel(must_not_be_called),
+        subagents=[worker],
+    )
+    broken = Agent("boss", "Lead.", model=ScriptedModel([text("x")]), subagents=["nobody"])
+    not_an_agent = 17
+    '''
+)
+
+CLAUDE = textwrap.dedent(
+    '''
+    from orchestrator import Agent, tool
+
+
+    @tool
+    def shout(word: str) -> str:
+        """Shout a word.
+
+        Args:
+            word: The word.
+        """
+        return word.upper() + "!"
+
+
+    helper = Agent(
+        "helper",
+        "Shout.",
+        description="Shouts words.",
+        model="anthropic:claude-sonnet-5-5",
+        tools=[shout],
+    )
+    agent = Agent(
+        "boss", "Delegate.", model="anthropic:claude-sonnet-5-5", subagents=[helper]
+    )
+    '''
+)
+
+SUMMARY = re.compile(
+    r"status=(?P<status>\w+) agents=(?P<agents>\d+) turns=(?P<turns>\d+) "
+    r"tokens=(?P<tokens>[\d,]+) .*cost=\$(?P<cost>[\d.]+) wall=(?P<wall>[\d.]+)s "
+    r"trace=(?P<trace>\S+) run=(?P<run>[0-9a-f]+)"
+)
+JSON_KEYS = {
+    "run_id",
+    "status",
+    "output",
+    "error",
+    "agents",
+    "turns",
+    "usage",
+    "wall_s",
+    "trace",
+    "tree",
+}
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    """The environment without an API key or any OTLP exporter setting."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k != "ANTHROPIC_API_KEY"
+        and not k.startswith("OTEL_")
+        and k not in ("NO_COLOR", "FORCE_COLOR", "TERM", "COLUMNS", "LINES")
+    }
+    env.update(COLUMNS="200", PYTHONIOENCODING="utf-8", **extra)
+    return env
+
+
+def orchestrator(
+    cwd: Path, *args: str, input: str | None = None, timeout: float = 30
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *args],
+        cwd=cwd,
+        env=cli_env(),
+        input=input if input is not None else "",
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    (tmp_path / "agents.py").write_text(AGENTS)
+    return tmp_path
+
+
+def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("orchestrator: ")
+    assert proc.stdout == ""
+    return lines[0]
+
+
+def assert_spans_all_ended(trace: Path) -> list[SpanRecord]:
+    """Every exported span has ended and every parent it names is in the file."""
+    spans = load_trace(trace)
+    assert spans
+    ids = {s.span_id for s in spans}
+    for s in spans:
+        assert 0 < s.start_ns <= s.end_ns, s.name
+        assert s.parent_span_id is None or s.parent_span_id in ids, f"{s.name} lost its parent"
+    assert len({s.trace_id for s in spans}) == 1
+    return spans
+
+
+# --------------------------------------------------------------------------------------------
+# A run: answer, summary, trace.
+
+
+def test_a_run_prints_the_answer_on_stdout_and_one_summary_line_on_stderr(work: Path) -> None:
+    proc = orchestrator(work, "run", "agents.py", "What is the answer?")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "The answer is 42.\n"
+    summaries = [line for line in proc.stderr.splitlines() if line.startswith("status=")]
+    assert len(summaries) == 1
+    m = SUMMARY.search(summaries[0])
+    assert m, summaries[0]
+    assert m["status"] == "completed"
+    assert (m["agents"], m["turns"]) == ("1", "2")
+    assert int(m["tokens"].replace(",", "")) > 0
+    assert float(m["cost"]) == 0.0
+    trace = work / m["trace"]
+    assert trace.is_file() and trace.parent == work / "runs"
+    assert m["run"] in trace.name
+    spans = assert_spans_all_ended(trace)
+    assert {"invoke_agent solo", "execute_tool echo"} <= {s.name for s in spans}
+    assert "offline" not in proc.stderr  # a scripted model is not replaced
+
+
+@pytest.mark.parametrize(
+    ("target", "options", "status"),
+    [
+        ("agents.py", [], RunStatus.COMPLETED),
+        ("agents.py:looper", ["--max-turns", "2"], RunStatus.MAX_TURNS),
+        ("agents.py:oddball", [], RunStatus.ERROR),
+        ("agents.py:sleeper", ["--timeout", "1"], RunStatus.TIMEOUT),
+        ("agents.py:spender", ["--budget-tokens", "300"], RunStatus.BUDGET_EXCEEDED),
+        ("agents.py:parrot", [], RunStatus.REPEAT_GUARD),
+    ],
+    ids=lambda v: v.value if isinstance(v, RunStatus) else None,
+)
+def test_each_status_exits_with_its_documented_code(
+    work: Path, target: str, options: list[str], status: RunStatus
+) -> None:
+    proc = orchestrator(work, "run", target, "go", *options)
+    expected = {
+        "completed": 0,
+        "error": 1,
+        "max_turns": 3,
+        "timeout": 4,
+        "budget_exceeded": 5,
+        "repeat_guard": 6,
+    }[status.value]
+    assert proc.returncode == expected == EXIT_CODES[status], proc.stderr
+    assert f"status={status.value} " in proc.stderr
+    assert "Traceback" not in proc.stderr
+    if status is not RunStatus.COMPLETED:
+        assert f"run ended with {status.value}: " in proc.stderr
+
+
+def test_the_exit_codes_in_the_readme_match_the_cli() -> None:
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    documented = dict(re.findall(r"^\| `(\w+)` \|[^|]*\| (\d+) \|$", readme, re.MULTILINE))
+    assert {s.value: str(code) for s, code in EXIT_CODES.items()} == documented
+    assert len(set(EXIT_CODES.values())) == len(EXIT_CODES)  # one distinct code per status
+    assert 2 not in EXIT_CODES.values()  # 2 is bad usage
+
+
+def test_json_prints_exactly_one_result_object_and_nothing_on_stderr(work: Path) -> None:
+    proc = orchestrator(work, "run", "agents.py", "go", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 1
+    doc = json.loads(lines[0])
+    assert isinstance(doc, dict)
+    assert set(doc) >= JSON_KEYS
+    assert doc["status"] == "completed"
+    assert doc["output"] == "The answer is 42."
+    assert doc["error"] is None
+    assert (doc["agents"], doc["turns"]) == (1, 2)
+    assert doc["usage"]["input_tokens"] > 0 and doc["usage"]["cost_usd"] == 0
+    assert isinstance(doc["wall_s"], float)
+    assert (work / doc["trace"]).is_file()
+    assert doc["run_id"] in doc["trace"]
+    assert doc["tree"]["agent"] == "solo" and doc["tree"]["children"] == []
+
+
+def test_json_reports_a_status_that_is_not_completed_with_its_exit_code(work: Path) -> None:
+    proc = orchestrator(work, "run", "agents.py:parrot", "go", "--json")
+    assert proc.returncode == 6
+    doc = json.loads(proc.stdout)
+    assert doc["status"] == "repeat_guard"
+    assert "echo" in doc["error"]
+
+
+# --------------------------------------------------------------------------------------------
+# Bad inputs: one line, exit code 2, never a traceback.
+
+
+def test_a_missing_file_is_a_one_line_error(work: Path) -> None:
+    line = one_line_error(orchestrator(work, "run", "nowhere.py", "go"))
+    assert "no such file" in line and "nowhere.py" in line
+
+
+def test_a_file_that_raises_on_import_is_a_one_line_error(work: Path) -> None:
+    (work / "bad.py").write_text("import os\n\nraise ValueError('boom at import')\n")
+    line = one_line_error(orchestrator(work, "run", "bad.py", "go"))
+    assert "bad.py" in line and "ValueError" in line and "boom at import" in line
+
+
+def test_a_file_with_a_syntax_error_is_a_one_line_error(work: Path) -> None:
+    (work / "syntax.py").write_text("agent = (\n")
+    line = one_line_error(orchestrator(work, "run", "syntax.py", "go"))
+    assert "SyntaxError" in line
+
+
+def test_a_missing_name_is_a_one_line_error_listing_the_agents_defined(work: Path) -> None:
+    line = one_line_error(orchestrator(work, "run", "agents.py:nobody_here", "go"))
+    assert "'nobody_here'" in line
+    for name in ("agent", "looper", "sleeper", "team", "worker"):
+        assert name in line
+    assert "not_an_agent" not in line
+
+
+def test_an_object_that_is_not_an_agent_is_a_one_line_error(work: Path) -> None:
+    line = one_line_error(orchestrator(work, "run", "agents.py:not_an_agent", "go"))
+    assert "not an Agent" in line and "int" in line
+
+
+@pytest.mark.parametrize("dry_run", [False, True], ids=["run", "dry-run"])
+def test_an_invalid_tree_is_a_one_line_error(work: Path, dry_run: bool) -> None:
+    extra = ["--dry-run"] if dry_run else []
+    line = one_line_error(orchestrator(work, "run", "agents.py:broken", "go", *extra))
+    assert "'nobody'" in line and "'boss'" in line
+    assert not (work / "runs").exists() or not list((work / "runs").iterdir())
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "field"),
+    [
+        ("--max-turns", "0", "max_turns"),
+        ("--timeout", "-1", "timeout"),
+        ("--concurrency", "0", "max_concurrency"),
+        ("--budget-tokens", "0", "token_budget"),
+        ("--max-depth", "-1", "max_depth"),
+    ],
+)
+def test_an_invalid_option_value_is_a_one_line_error(
+    work: Path, option: str, value: str, field: str
+) -> None:
+    line = one_line_error(orchestrator(work, "run", "agents.py", "go", option, value))
+    assert field in line and value in line
+
+
+# --------------------------------------------------------------------------------------------
+# The offline fallback.
+
+
+def test_without_an_api_key_anthropic_agents_run_offline_and_the_cli_says_so_once(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "claude.py").write_text(CLAUDE)
+    proc = orchestrator(tmp_path, "run", "claude.py", "Shout the word hello")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("offline") == 1, proc.stderr
+    assert "ANTHROPIC_API_KEY" in proc.stderr
+    assert proc.stdout.strip()
+    assert "status=completed agents=2 " in proc.stderr  # the subagent ran too, offline
+    spans = load_trace(next((tmp_path / "runs").glob("*.jsonl")))
+    providers = {
+        s.attributes.get("gen_ai.provider.name") for s in spans if s.name.startswith("chat")
+    }
+    assert providers == {"offline"}
+
+
+# --------------------------------------------------------------------------------------------
+# Ctrl-C.
+
+
+def interrupt_mid_run(work: Path, target: str, signals: int) -> tuple[int, str, float]:
+    """Start a run, wait until its tool is running, send ``signals`` SIGINTs 0.3 s apart.
+
+    Returns (exit code, stderr, seconds from the first SIGINT to the exit).
+    """
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.cli", "run", target, "go"],
+        cwd=work,
+        env=cli_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not (work / "napping").exists():  # the tool is running: the run is mid-way
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the tool never started"
+            time.sleep(0.02)
+        started = time.monotonic()
+        for i in range(signals):
+            if i:
+                time.sleep(0.3)
+            proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=15)
+        return proc.returncode, stderr, time.monotonic() - started
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_sigint_mid_run_cancels_the_tree_exits_130_and_leaves_a_complete_trace(
+    work: Path,
+) -> None:
+    code, stderr, took = interrupt_mid_run(work, "agents.py:sleeper", signals=1)
+    assert took < 5  # the 60 s nap was cut, not waited for
+    assert code == 130, stderr
+    assert "Traceback" not in stderr
+    assert "cancel" in stderr
+    assert "run ended with cancelled" in stderr
+    m = SUMMARY.search(stderr)
+    assert m and m["status"] == "cancelled", stderr
+    spans = assert_spans_all_ended(work / m["trace"])
+    roots = [s for s in spans if s.parent_span_id is None]
+    assert [s.name for s in roots] == ["invoke_agent sleeper"]
+    assert roots[0].attributes["orchestrator.outcome"] == "cancelled"
+    assert "execute_tool nap" in {s.name for s in spans}
+
+
+def test_a_second_sigint_exits_at_once_even_when_the_tree_will_not_stop(work: Path) -> None:
+    code, stderr, took = interrupt_mid_run(work, "agents.py:stubborn", signals=2)
+    assert code == 130, stderr
+    assert took < 5  # the shielded 60 s nap was not waited for
+    assert "Ctrl-C again" in stderr
+    assert "Traceback" not in stderr
+
+
+# --------------------------------------------------------------------------------------------
+# Progress output.
+
+
+def run_in_pty(
+    cwd: Path, *args: str, interrupt_when: Path | None = None, timeout: float = 30
+) -> tuple[int, str, str]:
+    """Run the CLI with stderr on a pseudo-terminal (120x40); return (code, stdout, terminal).
+
+    With ``interrupt_when``, send SIGINT 0.3 s after that file appears.
+    """
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    env = cli_env(TERM="xterm-256color")
+    del env["COLUMNS"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.cli", *args],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=slave,
+    )
+    os.close(slave)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    interrupt_at: float | None = None
+    try:
+        while time.monotonic() < deadline:
+            if interrupt_when is not None and interrupt_at is None and interrupt_when.exists():
+                interrupt_at = time.monotonic() + 0.3
+            if interrupt_at is not None and time.monotonic() >= interrupt_at:
+                proc.send_signal(signal.SIGINT)
+                interrupt_at = math.inf
+            ready, _, _ = select.select([master], [], [], 0.02)
+            if not ready:
+                if proc.poll() is not None:
+                    break
+                continue
+            try:
+                data = os.read(master, 65536)
+            except OSError as exc:  # EIO: every slave end is closed
+                if exc.errno != errno.EIO:
+                    raise
+                break
+            if not data:
+                break
+            chunks.append(data)
+        assert proc.stdout is not None
+        out = proc.stdout.read().decode()
+        code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return code, out, b"".join(chunks).decode(errors="replace")
+
+
+def final_screen(terminal: str) -> list[str]:
+    """What a terminal shows after ``terminal`` was written to it (the subset rich Live uses:
+    carriage return, newline, cursor up, erase line; colours and cursor hiding ignored)."""
+    lines = [""]
+    row = col = 0
+    for token in re.split(r"(\x1b\[[0-9;?]*[A-Za-z]|\r|\n)", terminal):
+        if not token:
+            continue
+        if token == "\r":
+            col = 0
+        elif token == "\n":
+            row, col = row + 1, 0
+            if row == len(lines):
+                lines.append("")
+        elif token.startswith("\x1b["):
+            command, arg = token[-1], token[2:-1]
+            if command == "A":
+                row = max(0, row - int(arg or 1))
+            elif command == "K":
+                lines[row] = "" if arg == "2" else lines[row][:col]
+        else:
+            line = lines[row].ljust(col)
+            lines[row] = line[:col] + token + line[col + len(token) :]
+            col += len(token)
+    return [line.rstrip() for line in lines if line.strip()]
+
+
+def test_progress_on_a_terminal_draws_the_agent_tree_updating_in_place(work: Path) -> None:
+    code, out, terminal = run_in_pty(work, "run", "agents.py:team", "Rest, all of you")
+    assert code == 0, terminal
+    assert out == "The team is rested.\n"
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", terminal)
+    assert "start  lead" not in plain  # not the plain event lines
+    # while the naps run, a frame shows the three siblings running in parallel, with the tool
+    assert plain.count("[running] running nap") >= 3, plain
+    # updated in place: the screen ends with the tree drawn once, all done, in spawn order
+    screen = final_screen(terminal)
+    assert screen[0] == "agents", screen
+    assert re.match(r"└── lead \[done\] completed  turns=2 tokens=\d", screen[1]), screen
+    for i, line in enumerate(screen[2:5], start=1):
+        assert re.match(rf"    [├└]── worker#{i} \[done\] completed  turns=2 tokens=\d", line)
+    assert screen[5].startswith("status=completed agents=4 "), screen
+    assert len(screen) == 6, screen
+
+
+def test_ctrl_c_on_a_terminal_keeps_the_cancel_notice_and_draws_the_final_tree(
+    work: Path,
+) -> None:
+    code, out, terminal = run_in_pty(
+        work, "run", "agents.py:team", "Rest", interrupt_when=work / "napping"
+    )
+    assert code == 130, terminal
+    assert out == ""
+    screen = final_screen(terminal)
+    assert screen[0].startswith("cancelling the run"), screen  # not erased by a redraw
+    assert screen[1] == "agents", screen
+    assert "lead [failed] cancelled" in screen[2]
+    assert all("[failed] cancelled" in line for line in screen[3:6]), screen
+    assert not any("[running]" in line for line in screen), screen
+    assert screen[-1].startswith("status=cancelled agents=4 "), screen
+
+
+def test_progress_without_a_terminal_is_plain_one_line_events(work: Path) -> None:
+    proc = orchestrator(work, "run", "agents.py:team", "Rest, all of you")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "The team is rested.\n"
+    lines = proc.stderr.splitlines()
+    assert "\x1b[" not in proc.stderr
+    starts = [line for line in lines if line.startswith("start ")]
+    finishes = [line for line in lines if line.startswith("finish ")]
+    assert len(starts) == 4 and len(finishes) == 4, proc.stderr
+    assert starts[0].startswith("start  lead:")
+    assert finishes[-1].startswith("finish lead: completed")
+    assert any(line.startswith("tool   lead/worker#") and "nap" in line for line in lines)
+    assert lines[-1].startswith("status=completed agents=4 ")
+
+
+@pytest.mark.parametrize("flag", ["--quiet", "--json"])
+def test_quiet_and_json_print_nothing_but_the_result(work: Path, flag: str) -> None:
+    proc = orchestrator(work, "run", "agents.py:team", "Rest, all of you", flag)
+    assert proc.returncode == 0
+    assert proc.stderr == ""
+    if flag == "--quiet":
+        assert proc.stdout == "The team is rested.\n"
+    else:
+        assert json.loads(proc.stdout)["output"] == "The team is rested."
+
+
+def test_quiet_on_a_terminal_draws_no_progress(work: Path) -> None:
+    code, out, terminal = run_in_pty(work, "run", "agents.py", "go", "--quiet")
+    assert code == 0
+    assert out == "The answer is 42.\n"
+    assert terminal == ""
+
+
+# --------------------------------------------------------------------------------------------
+# Dry run and traces.
+
+
+def test_dry_run_prints_worst_case_numbers_and_calls_no_model(work: Path) -> None:
+    proc = orchestrator(work, "run", "agents.py:dry", "go", "--dry-run", "--max-turns", "4")
+    assert proc.returncode == 0, proc.stderr
+    assert not (work / "model_called").exists()
+    assert not (work / "runs").exists()
+    report = dict(line.split(": ", 1) for line in proc.stdout.splitlines())
+    assert report["tree"] == "valid"
+    assert int(report["worst_case_agents"]) > 1
+    # each agent may take 4 turns, and a turn may make two model calls
+    assert int(report["worst_case_model_calls"]) == 2 * 4 * int(report["worst_case_agents"])
+    assert int(report["worst_case_output_tokens"]) > 0
+    proc = orchestrator(work, "run", "agents.py:dry", "go", "--dry-run", "--json")
+    assert proc.returncode == 0
+    assert json.loads(proc.stdout)["tree"] == "valid"
+    assert not (work / "model_called").exists()
+
+
+def test_trace_list_and_show_draw_the_runs_after_a_run(work: Path) -> None:
+    first = orchestrator(work, "run", "agents.py:team", "Rest", "--json")
+    assert first.returncode == 0
+    run_id = json.loads(first.stdout)["run_id"]
+
+    listing = orchestrator(work, "trace", "list")
+    assert listing.returncode == 0, listing.stderr
+    assert run_id in listing.stdout
+    assert "lead" in listing.stdout and "completed" in listing.stdout
+
+    shown = orchestrator(work, "trace", "show", run_id[:8])
+    assert shown.returncode == 0, shown.stderr
+    for name in (
+        "invoke_agent lead",
+        "execute_tool spawn_subagent",
+        "invoke_agent worker",
+        "execute_tool nap",
+        "chat scripted",
+    ):
+        assert name in shown.stdout, shown.stdout
+    newest = orchestrator(work, "trace", "show")
+    assert newest.returncode == 0 and "invoke_agent lead" in newest.stdout

@@ -1,0 +1,102 @@
+"""Every example in examples/ runs: as a script, and through the ``orchestrator run`` command.
+
+Each runs in a subprocess with the test's ``tmp_path`` as the working folder and no API key.
+The approval example reads its answer from stdin, so the tests feed it from a pipe.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).parents[1] / "examples"
+
+# example file -> (stdin, a fragment its stdout must hold, the prompt for the CLI)
+EXPECTED: dict[str, tuple[str, str, str]] = {
+    "calculator.py": ("", "5 + 10 = 15", "What is 5 + 10?"),
+    "research_team.py": (
+        "",
+        "Summary: trio runs tasks in nurseries",
+        "How does trio keep concurrent tasks in order?",
+    ),
+    "fanout.py": ("", "The sum of the squares of 1..20 is 2870.", "Sum the squares of 1..20"),
+    "approval.py": ("y\n", "Done: deleted draft-1", "Delete draft-1"),
+}
+
+
+def env() -> dict[str, str]:
+    out = {
+        k: v
+        for k, v in os.environ.items()
+        if k != "ANTHROPIC_API_KEY" and not k.startswith("OTEL_")
+    }
+    out["PYTHONIOENCODING"] = "utf-8"
+    return out
+
+
+def run(args: list[str], cwd: Path, stdin: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=cwd,
+        env=env(),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_every_example_has_an_expected_output() -> None:
+    assert sorted(p.name for p in EXAMPLES.glob("*.py")) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_the_example_runs_as_a_script(name: str, tmp_path: Path) -> None:
+    stdin, fragment, _ = EXPECTED[name]
+    proc = run([str(EXAMPLES / name)], tmp_path, stdin)
+    assert proc.returncode == 0, proc.stderr
+    assert fragment in proc.stdout, proc.stdout
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_the_example_runs_through_the_cli(name: str, tmp_path: Path) -> None:
+    stdin, fragment, prompt = EXPECTED[name]
+    proc = run(["-m", "orchestrator.cli", "run", str(EXAMPLES / name), prompt], tmp_path, stdin)
+    assert proc.returncode == 0, proc.stderr
+    assert fragment in proc.stdout, proc.stdout
+    assert "status=completed " in proc.stderr
+    assert list((tmp_path / "runs").glob("*.jsonl"))
+
+
+def test_the_fanout_example_runs_its_twenty_workers_in_parallel(tmp_path: Path) -> None:
+    proc = run([str(EXAMPLES / "fanout.py")], tmp_path, "")
+    assert proc.returncode == 0, proc.stderr
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("20 workers (completed) in ")
+    # twenty 0.2 s tool calls one after another would take 4 s; in parallel, one wave
+    assert float(last.rsplit(" ", 1)[-1].rstrip("s")) < 2.0
+
+
+def test_the_approval_example_runs_the_tool_when_the_user_answers_yes(tmp_path: Path) -> None:
+    proc = run([str(EXAMPLES / "approval.py")], tmp_path, "y\n")
+    assert proc.returncode == 0, proc.stderr
+    assert "wants to run delete_draft({'name': 'draft-1'}). Allow? [y/N]" in proc.stderr
+    assert "[delete_draft] deleted draft-1" in proc.stderr  # the tool itself ran
+    assert proc.stdout == "Done: deleted draft-1; drafts left: draft-2.\n"
+
+
+@pytest.mark.parametrize("answer", ["n\n", ""], ids=["no", "end-of-input"])
+def test_the_approval_example_declines_the_tool_unless_the_user_answers_yes(
+    tmp_path: Path, answer: str
+) -> None:
+    proc = run([str(EXAMPLES / "approval.py")], tmp_path, answer)
+    assert proc.returncode == 0, proc.stderr
+    assert "Allow? [y/N]" in proc.stderr
+    assert "[delete_draft]" not in proc.stderr  # the tool never ran
+    assert proc.stdout.startswith("I did not delete draft-1: ")
+    assert "declined by the approver" in proc.stdout
