@@ -1,7 +1,7 @@
 """The research tree: a lead splits a question, researchers search and read in parallel, the
 lead writes an answer that cites the documents read.
 
-    orchestrator run agents/research.py "How do generators and context managers work in Python?"
+    orchestrator run agents/research.py "How do lambda expressions and list comprehensions work?"
 
 The lead holds no search tools; each researcher gets only ``search`` and ``read``. Without an API
 key the CLI runs this tree on the offline model; with one, on the models below (override the
