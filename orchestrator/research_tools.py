@@ -100,9 +100,10 @@ def corpus_tools(root: Path | str | None = None, *, index_path: Path | None = No
     return [search, read]
 
 
-def _light_stem(word: str) -> str:
-    """Fold plural, -ed, -ing and -er endings only: "raised" and "raise" meet, "generators" and
-    "generic" do not (Porter stems both to "gener")."""
+def fold(word: str) -> str:
+    """A word lower-cased with a plural, -ed, -ing, -er or -e ending dropped: "raised" meets
+    "raise" and "classes" meets "class", but "generators" does not meet "generic" (Porter stems
+    both to "gener"). Shared with the offline model's passage scoring."""
     w = word.lower()
     if len(w) > 4 and w.endswith("ies"):
         return w[:-3] + "y"
@@ -113,7 +114,7 @@ def _light_stem(word: str) -> str:
 
 
 def _terms(text: str) -> list[str]:
-    return list(dict.fromkeys(_light_stem(w) for w in _TERM.findall(text)))
+    return list(dict.fromkeys(fold(w) for w in _TERM.findall(text)))
 
 
 def rerank(query: str, hits: Sequence[SearchHit], limit: int) -> list[SearchHit]:

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage
+from ..research_tools import fold
 from .base import ModelContext, ModelRequest, ModelResponse, ToolSpec
 
 __all__ = [
@@ -106,18 +107,6 @@ _CLAUSES = re.compile(
 
 
 # -- words ----------------------------------------------------------------------------------------
-
-
-def fold(word: str) -> str:
-    """A word lower-cased with a plural, -ed, -ing, -er or -e ending dropped, so "classes" meets
-    "class" and "raised" meets "raise" (but "generators" does not meet "generic")."""
-    w = word.lower()
-    if len(w) > 4 and w.endswith("ies"):
-        return w[:-3] + "y"
-    for suffix in ("ing", "ers", "er", "ed", "es", "s", "e"):
-        if w.endswith(suffix) and len(w) - len(suffix) >= 3:
-            return w[: -len(suffix)]
-    return w
 
 
 def keywords(text: str) -> list[str]:
