@@ -147,14 +147,11 @@ class Ledger:
         self.reserved_cost = 0.0
         self.outstanding = 0
         self._changed = trio.Event()
+        self._waiters = 0
+        self._ancestry: tuple[Ledger, ...] = (self, *(parent._ancestry if parent else ()))
 
     def _chain(self) -> tuple[Ledger, ...]:
-        chain: list[Ledger] = []
-        node: Ledger | None = self
-        while node is not None:
-            chain.append(node)
-            node = node.parent
-        return tuple(chain)
+        return self._ancestry
 
     def _fits(self, tokens: int, cost: float) -> bool:
         if self.token_budget is not None and (
@@ -176,7 +173,7 @@ class Ledger:
 
     async def reserve(self, tokens: int, cost: float) -> Reservation:
         """Hold ``tokens`` and ``cost`` on this ledger and every parent, waiting if others may free room."""
-        chain = self._chain()
+        chain = self._ancestry
         while True:
             blocking = [lg for lg in chain if not lg._fits(tokens, cost)]
             if not blocking:
@@ -185,7 +182,11 @@ class Ledger:
             if len(waiting_on) < len(blocking):
                 lg = next(lg for lg in blocking if lg.outstanding == 0)
                 raise BudgetExceeded(lg.describe(tokens, cost))
-            await waiting_on[0]._changed.wait()
+            waiting_on[0]._waiters += 1
+            try:
+                await waiting_on[0]._changed.wait()
+            finally:
+                waiting_on[0]._waiters -= 1
         for lg in chain:
             lg.reserved_tokens += tokens
             lg.reserved_cost += cost
@@ -205,8 +206,9 @@ class Ledger:
             lg.outstanding -= 1
             lg.used_tokens += tokens
             lg.used_cost += cost
-            lg._changed.set()
-            lg._changed = trio.Event()
+            if lg._waiters:  # wake reservations waiting for room (a new event for the next wait)
+                lg._changed.set()
+                lg._changed = trio.Event()
 
     def describe(self, tokens: int, cost: float) -> str:
         """A one-line reason why a reservation of this size does not fit."""
