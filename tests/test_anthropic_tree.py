@@ -3,6 +3,7 @@ Messages server gives the same final output and result tree as the ScriptedModel
 
 from __future__ import annotations
 
+import json
 import runpy
 from pathlib import Path
 from typing import Any
@@ -10,8 +11,10 @@ from typing import Any
 import pytest
 from support.fake_messages_server import FakeMessagesServer
 from support.fake_messages_server import Message as Reply
+from support.fake_messages_server import text as reply_text
+from support.fake_messages_server import tool_use as reply_tool_use
 
-from orchestrator import Agent, RunStatus, run
+from orchestrator import Agent, ContextPolicy, RunStatus, run, tool
 from orchestrator.messages import ToolUseBlock, to_wire
 from orchestrator.models.anthropic import AnthropicModel
 from orchestrator.models.scripted import response
@@ -31,7 +34,9 @@ def bridge(body: dict[str, Any]) -> Reply:
     resp = response(*blocks)
     turn = sum(1 for m in body["messages"] if m["role"] == "assistant")
     content = tuple(
-        to_wire(ToolUseBlock(f"toolu_{turn}_{i}", b.name, b.input)) if isinstance(b, ToolUseBlock) else to_wire(b)
+        to_wire(ToolUseBlock(f"toolu_{turn}_{i}", b.name, b.input))
+        if isinstance(b, ToolUseBlock)
+        else to_wire(b)
         for i, b in enumerate(resp.content)
     )
     return Reply(content, stop_reason=resp.stop_reason)
@@ -47,9 +52,13 @@ async def test_the_tree_example_gives_the_same_output_over_http_as_with_the_scri
     server: FakeMessagesServer,
 ) -> None:
     scripted = await run(SCRIPTED_TREE, "How does trio keep concurrent tasks in order?")
-    model = AnthropicModel("claude-sonnet-5-5", api_key="sk-ant-test-key-000000", base_url=server.url)
-    over_http = await run(SCRIPTED_TREE.map_tree(lambda a: a.replace(model=model)),
-                          "How does trio keep concurrent tasks in order?")
+    model = AnthropicModel(
+        "claude-sonnet-5-5", api_key="sk-ant-test-key-000000", base_url=server.url
+    )
+    over_http = await run(
+        SCRIPTED_TREE.map_tree(lambda a: a.replace(model=model)),
+        "How does trio keep concurrent tasks in order?",
+    )
 
     assert over_http.status is RunStatus.COMPLETED, over_http.error
     assert over_http.output == scripted.output
@@ -61,3 +70,107 @@ async def test_the_tree_example_gives_the_same_output_over_http_as_with_the_scri
     # usage from the API flows into the result tree
     assert over_http.usage.input_tokens > 0 and over_http.usage.cost_usd > 0
     assert over_http.usage.input_tokens == sum(r.own_usage.input_tokens for r in over_http.walk())
+
+
+# --------------------------------------------------------------------------------------------
+# The stop-reason table over the real protocol: the loop, the SDK and the wire together.
+
+
+@tool
+def lookup(topic: str) -> str:
+    """Look a topic up.
+
+    Args:
+        topic: What to look up.
+    """
+    return f"notes on {topic}"
+
+
+def http_agent(server: FakeMessagesServer) -> Agent:
+    model = AnthropicModel(
+        "claude-sonnet-5-5", api_key="sk-ant-test-key-000000", base_url=server.url
+    )
+    return Agent(
+        "worker", "Answer with the lookup tool.", model=model, tools=[lookup], max_output_tokens=512
+    )
+
+
+@pytest.fixture
+def plain_server() -> Any:
+    with FakeMessagesServer() as s:
+        yield s
+
+
+async def test_a_tool_call_cut_by_max_tokens_is_retried_once_with_a_larger_cap_over_http(
+    plain_server: FakeMessagesServer,
+) -> None:
+    plain_server.push(
+        reply_tool_use("lookup", {"topic": "trio nurseries"}, id="toolu_a", cut=True),
+        reply_tool_use("lookup", {"topic": "trio nurseries"}, id="toolu_b"),
+        reply_text("Nurseries own their tasks."),
+    )
+    result = await run(http_agent(plain_server), "What is a nursery?")
+    assert result.status is RunStatus.COMPLETED, result.error
+    caps = [r.json["max_tokens"] for r in plain_server.requests if r.json]
+    assert caps == [512, 1024, 512]
+    # the cut call never reached the transcript; the retried one was answered
+    uses = [b.id for m in result.messages for b in m.tool_uses]
+    assert uses == ["toolu_b"]
+
+
+async def test_pause_turn_sends_the_transcript_back_as_it_is_over_http(
+    plain_server: FakeMessagesServer,
+) -> None:
+    plain_server.push(reply_text("Working on it...", stop_reason="pause_turn"), reply_text("Done."))
+    result = await run(http_agent(plain_server), "Go.")
+    assert result.status is RunStatus.COMPLETED and result.output == "Done."
+    second = plain_server.requests[1].json
+    assert second is not None and second["messages"][-1]["role"] == "assistant"
+
+
+@pytest.mark.parametrize(
+    ("stop_reason", "status"),
+    [
+        ("refusal", RunStatus.REFUSAL),
+        ("model_context_window_exceeded", RunStatus.CONTEXT_EXCEEDED),
+        ("a_reason_from_the_future", RunStatus.ERROR),
+    ],
+)
+async def test_terminal_stop_reasons_end_the_agent_with_their_status_over_http(
+    plain_server: FakeMessagesServer, stop_reason: str, status: RunStatus
+) -> None:
+    plain_server.push(reply_text("partial", stop_reason=stop_reason))
+    no_compaction = ContextPolicy(compact_at_fraction=None)
+    result = await run(http_agent(plain_server), "Go.", context=no_compaction)
+    assert result.status is status
+    if status is RunStatus.ERROR:
+        assert result.error is not None and "a_reason_from_the_future" in result.error
+
+
+async def test_a_full_context_window_is_compacted_once_and_the_run_recovers_over_http(
+    plain_server: FakeMessagesServer,
+) -> None:
+    plain_server.push(
+        reply_text("", stop_reason="model_context_window_exceeded"),
+        reply_text("Goal: answer. Evidence: nurseries own tasks."),  # the checkpoint summary
+        reply_text("Nurseries own their tasks."),
+    )
+    result = await run(http_agent(plain_server), "What is a nursery?")
+    assert result.status is RunStatus.COMPLETED, result.error
+    summary_request = plain_server.requests[1].json
+    assert summary_request is not None
+    assert "Context checkpoint" in json.dumps(summary_request["messages"][-1])
+    resumed = plain_server.requests[2].json
+    assert resumed is not None and "nurseries own tasks" in json.dumps(resumed["messages"][0])
+    assert any(t.compacted for t in result.turn_log)
+
+
+async def test_a_reply_cut_by_max_tokens_is_continued_and_joined_over_http(
+    plain_server: FakeMessagesServer,
+) -> None:
+    plain_server.push(
+        reply_text("The first half, ", stop_reason="max_tokens"), reply_text("the second half.")
+    )
+    result = await run(http_agent(plain_server), "Go.")
+    assert result.status is RunStatus.COMPLETED
+    assert result.output == "The first half, the second half."
