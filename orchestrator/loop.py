@@ -126,6 +126,8 @@ class RunState:
     cancel_requested: bool = False
     deadline: float = math.inf
     context: ContextPolicy | None = None
+    models: dict[str, Model] = field(default_factory=dict)
+    """The model of every agent that names one, resolved once when the run starts."""
     capture: bool = False
     """Record message content on spans (read once per run from the GenAI capture variable)."""
     secrets: tuple[str, ...] = ()

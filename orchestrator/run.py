@@ -192,24 +192,77 @@ def _prepare(
         capture=content_capture_enabled(),
         secrets=secret_values(),
     )
-    for a in tree.by_name.values():  # every agent must end up with a model
-        if a.model is not None:
-            resolve_model(a.model)
+    # models are resolved once per agent (a bad model string fails here, before any call)
+    state.models = {
+        a.name: resolve_model(a.model) for a in tree.by_name.values() if a.model is not None
+    }
     root = make_root(state, agent, prompt, list(history or ()))
     return state, root
 
 
-async def run(agent: Agent, prompt: str, **options: Any) -> RunResult:
-    """Run ``agent`` on ``prompt`` to its end and return the result tree (see :func:`open_run`)."""
-    options.setdefault("event_buffer", 0)
-    async with open_run(agent, prompt, **options) as handle:
+async def run(
+    agent: Agent,
+    prompt: str,
+    *,
+    model: Model | str | None = None,
+    limits: Limits | None = None,
+    policy: Policy | None = None,
+    deps: Any = None,
+    message_history: Sequence[Message] | None = None,
+    tracer_provider: trace.TracerProvider | None = None,
+    run_id: str | None = None,
+    context: ContextPolicy | None = None,
+) -> RunResult:
+    """Run ``agent`` on ``prompt`` to its end and return the result tree.
+
+    The options are :func:`open_run`'s; no events are published (nobody could read them).
+    """
+    async with open_run(
+        agent,
+        prompt,
+        model=model,
+        limits=limits,
+        policy=policy,
+        deps=deps,
+        message_history=message_history,
+        tracer_provider=tracer_provider,
+        event_buffer=0,
+        run_id=run_id,
+        context=context,
+    ) as handle:
         return await handle.result()
 
 
-def run_sync(agent: Agent, prompt: str, **options: Any) -> RunResult:
-    """:func:`run` under ``trio.run``, then a bounded flush of the global tracer provider."""
+def run_sync(
+    agent: Agent,
+    prompt: str,
+    *,
+    model: Model | str | None = None,
+    limits: Limits | None = None,
+    policy: Policy | None = None,
+    deps: Any = None,
+    message_history: Sequence[Message] | None = None,
+    tracer_provider: trace.TracerProvider | None = None,
+    run_id: str | None = None,
+    context: ContextPolicy | None = None,
+) -> RunResult:
+    """:func:`run` under ``trio.run``, then a bounded flush of the tracer provider's spans."""
     from .tracing import flush_tracer_provider
 
-    result = trio.run(partial(run, agent, prompt, **options))
-    flush_tracer_provider(options.get("tracer_provider"), timeout=2.0)
+    result = trio.run(
+        partial(
+            run,
+            agent,
+            prompt,
+            model=model,
+            limits=limits,
+            policy=policy,
+            deps=deps,
+            message_history=message_history,
+            tracer_provider=tracer_provider,
+            run_id=run_id,
+            context=context,
+        )
+    )
+    flush_tracer_provider(tracer_provider, timeout=2.0)
     return result

@@ -24,7 +24,6 @@ from .errors import ConfigurationError, ToolError
 from .limits import DEFAULT_LIMITS, TREE_WIDE_FIELDS, Ledger, Limits
 from .loop import AgentNode, Limiters, Quota, RunState, make_runtime, run_agent
 from .messages import Message, TextBlock, ToolUseBlock, text_of
-from .models import resolve_model
 from .models.base import Model
 from .policy import Policy
 from .result import RunStatus
@@ -203,7 +202,7 @@ def make_child(
 
 def _model_for(agent: Agent, parent: AgentNode | None, run: RunState) -> Model:
     if agent.model is not None:
-        return resolve_model(agent.model)
+        return run.models[agent.name]
     if parent is not None:
         return parent.model
     if run.default_model is not None:

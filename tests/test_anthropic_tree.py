@@ -1,5 +1,6 @@
-"""The research_team example over real HTTP: the real anthropic SDK against the local fake
-Messages server gives the same final output and result tree as the ScriptedModel run."""
+"""Over real HTTP: the real anthropic SDK against the local fake Messages server. The tree
+example gives the same output as with ScriptedModel, and every stop reason of DESIGN.md's table
+drives the loop as it does with the test models."""
 
 from __future__ import annotations
 
