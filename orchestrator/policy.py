@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, TypeAlias
 
+import trio
+
 from .errors import ConfigurationError
 
 __all__ = ["Approver", "Decision", "PendingCall", "Policy"]
@@ -67,6 +69,7 @@ class Policy:
         default_factory=dict, init=False, repr=False, compare=False
     )
     _default: Decision = field(default=Decision.ALLOW, init=False, repr=False, compare=False)
+    _approvers: tuple[Approver, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for name, value in {**self.rules, "<default>": self.default}.items():
@@ -81,6 +84,7 @@ class Policy:
         object.__setattr__(self, "rules", dict(self.rules))
         object.__setattr__(self, "_decisions", {k: Decision(v) for k, v in self.rules.items()})
         object.__setattr__(self, "_default", Decision(self.default))
+        object.__setattr__(self, "_approvers", (self.approver,) if self.approver else ())
 
     def decide(self, tool_name: str) -> Decision:
         """The rule for ``tool_name`` (its own rule, else the default)."""
@@ -89,7 +93,8 @@ class Policy:
     def combine(self, stricter_of: Policy | None) -> Policy:
         """One policy where, for each tool and for the default, the stricter rule wins.
 
-        The approver of ``self`` is kept when set (the nearest definition's), else the other's.
+        Approvers add up: a call that needs confirmation runs only if every approver of the
+        combined layers says yes, so no layer can answer for another.
         """
         if stricter_of is None:
             return self
@@ -99,7 +104,10 @@ class Policy:
             rules[name] = (a if a.strictness >= b.strictness else b).value
         da, db = Decision(self.default), Decision(stricter_of.default)
         default: RuleValue = (da if da.strictness >= db.strictness else db).value
-        return Policy(rules, default, self.approver or stricter_of.approver)
+        combined = Policy(rules, default, self.approver or stricter_of.approver)
+        approvers = tuple(dict.fromkeys((*self._approvers, *stricter_of._approvers)))
+        object.__setattr__(combined, "_approvers", approvers)
+        return combined
 
     async def check(self, call: PendingCall, held: frozenset[str]) -> str | None:
         """``None`` if the call may run, else the refusal the model reads."""
@@ -115,19 +123,31 @@ class Policy:
             return (
                 f"tool {call.name!r} is denied by policy; do not call it again, choose another way"
             )
-        if self.approver is None:
+        if not self._approvers:
             return (
                 f"tool {call.name!r} needs approval and no approver is configured; it was not run"
             )
-        try:
-            verdict = self.approver(call)
-            if inspect.isawaitable(verdict):
-                verdict = await verdict
-        except Exception as exc:  # fail closed: an approver that breaks approves nothing
-            return (
-                f"the approver failed ({type(exc).__name__}) on the call to {call.name!r}; "
-                "it was not run"
-            )
-        if verdict is True:
-            return None
-        return f"the call to {call.name!r} was declined by the approver; it was not run"
+        for approver in self._approvers:
+            try:
+                verdict = await _ask(approver, call)
+            except Exception as exc:  # fail closed: an approver that breaks approves nothing
+                return (
+                    f"the approver failed ({type(exc).__name__}) on the call to {call.name!r}; "
+                    "it was not run"
+                )
+            if verdict is not True:
+                return f"the call to {call.name!r} was declined by the approver; it was not run"
+        return None
+
+
+async def _ask(approver: Approver, call: PendingCall) -> object:
+    """An approver's verdict. A sync approver (say, one reading a terminal) runs in a worker
+    thread, so it never blocks the run's other agents nor its deadline."""
+    if inspect.iscoroutinefunction(approver) or inspect.iscoroutinefunction(
+        getattr(approver, "__call__", None)  # noqa: B004
+    ):
+        return await approver(call)  # type: ignore[misc]
+    verdict = await trio.to_thread.run_sync(approver, call, abandon_on_cancel=True)
+    if inspect.isawaitable(verdict):  # a sync callable that returned an awaitable
+        verdict = await verdict
+    return verdict

@@ -228,3 +228,65 @@ def test_an_unknown_default_is_rejected():
 def test_a_non_callable_approver_is_rejected_naming_the_approver():
     with pytest.raises(ConfigurationError, match="approver"):
         Policy(approver=True)  # type: ignore[arg-type]
+
+
+async def test_a_blocking_sync_approver_does_not_hold_up_the_run_or_its_deadline() -> None:
+    import time
+
+    from orchestrator import Limits, RunStatus
+
+    @tool
+    async def remove(path: str) -> str:
+        """Remove a file.
+
+        Args:
+            path: Which file.
+        """
+        return f"removed {path}"
+
+    def slow_human(call: PendingCall) -> bool:
+        time.sleep(1.0)  # a person thinking at a terminal
+        return True
+
+    agent = Agent(
+        "cleaner",
+        "Clean up.",
+        tools=[remove],
+        policy=Policy(rules={"remove": "confirm"}, approver=slow_human),
+        model=ScriptedModel([tool_call("remove", {"path": "x"}), text("done")]),
+    )
+    started = time.monotonic()
+    result = await run(agent, "go", limits=Limits(timeout=0.3))
+    assert result.status is RunStatus.TIMEOUT
+    assert time.monotonic() - started < 0.9
+
+
+async def test_every_approver_of_the_combined_layers_must_say_yes() -> None:
+    ran: list[str] = []
+
+    @tool
+    async def delete(path: str) -> str:
+        """Delete a file.
+
+        Args:
+            path: Which file.
+        """
+        ran.append(path)
+        return "deleted"
+
+    async def yes(call: PendingCall) -> bool:
+        return True
+
+    async def no(call: PendingCall) -> bool:
+        return False
+
+    agent = Agent(
+        "a",
+        "Delete.",
+        tools=[delete],
+        policy=Policy(approver=yes),
+        model=ScriptedModel([tool_call("delete", {"path": "/x"}), text("done")]),
+    )
+    result = await run(agent, "go", policy=Policy(rules={"delete": "confirm"}, approver=no))
+    assert ran == []
+    assert result.messages[2].content[0].is_error  # type: ignore[union-attr]

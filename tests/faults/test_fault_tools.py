@@ -576,7 +576,8 @@ async def test_policy_denied_and_declined_tools(
         transferred.append(amount)
         return "sent"
 
-    def approver(call: Any) -> bool:
+    async def approver(call: Any) -> bool:  # async: a sync one would run in a thread, and
+        # the virtual clock jumps while a thread works
         asked.append((call.name, call.agent_path))
         return False
 
@@ -778,7 +779,8 @@ async def test_approver_that_raises(depth: int, obs: Observer, autojump_clock: A
         ran.append(amount)
         return "sent"
 
-    def approver(call: Any) -> bool:
+    async def approver(call: Any) -> bool:  # async: a sync one would run in a thread, and
+        # the virtual clock jumps while a thread works
         raise RuntimeError(f"approval service down (key {CANARY})")
 
     policy = Policy(rules={"transfer": "confirm"}, approver=approver)
