@@ -4,9 +4,9 @@ lead writes an answer that cites the documents read.
     orchestrator run agents/research.py "How do lambda expressions and list comprehensions work?"
 
 The lead holds no search tools; each researcher gets only ``search`` and ``read``. Without an API
-key the CLI runs this tree on the offline model; with one, on the models below (override the
-default with ``--model``). ``--corpus DIR`` searches a folder of .md/.txt/.rst/.html files instead
-of the Python documentation.
+key the CLI runs this tree on the offline model; with one, on the models below (replace them
+with ``--override-model``, e.g. ``--override-model claude-haiku-5-5``). ``--corpus DIR``
+searches a folder of .md/.txt/.rst/.html files instead of the Python documentation.
 """
 
 from orchestrator import Agent, Limits

@@ -212,5 +212,3 @@ class AgentTree:
                     f"agent {agent.name!r}: max_output_tokens={agent.max_output_tokens} exceeds the "
                     f"token budget ({cap}); no model call could ever fit"
                 )
-        if root_limits.max_agents is not None and root_limits.max_agents < 1:
-            raise ConfigurationError("max_agents must allow at least the root")

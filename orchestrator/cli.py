@@ -192,9 +192,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         limits = _limits_from(args)
     except ConfigurationError as exc:
         raise UsageError(str(exc)) from None
-    model = args.model
-    if model is not None and ":" not in model and model != "offline":
-        model = f"anthropic:{model}"
+    model = _model_spec(args.model)
+    if args.override_model is not None:  # every agent, whatever its definition names
+        forced = _model_spec(args.override_model)
+        agent = agent.map_tree(lambda a: a.replace(model=forced))
     agent, model, offline = offline_fallback(agent, model)
     err = sys.stderr
     if offline and not (args.json or args.quiet):
@@ -205,7 +206,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _dry_run(agent, model, limits, args)
     run_id = uuid.uuid4().hex
     runs_dir = Path(args.runs_dir)
-    setup = configure_tracing(runs_dir=runs_dir, run_file=runs_dir / f"{run_id}.jsonl")
+    try:
+        setup = configure_tracing(runs_dir=runs_dir, run_file=runs_dir / f"{run_id}.jsonl")
+    except ConfigurationError as exc:  # e.g. an OTEL_* variable with a value we cannot use
+        raise UsageError(f"tracing: {exc}") from None
     quiet = args.quiet or args.json
     progress = "none" if quiet else ("live" if sys.stderr.isatty() else "plain")
     started = time.perf_counter()
@@ -252,13 +256,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_CODES[result.status]
 
 
+def _model_spec(name: str | None) -> str | None:
+    """``claude-haiku-5-5`` means ``anthropic:claude-haiku-5-5``; full specs pass through."""
+    if name is not None and ":" not in name and name != "offline":
+        return f"anthropic:{name}"
+    return name
+
+
 def _dry_run(
     agent: Agent, model: str | None, limits: Limits | None, args: argparse.Namespace
 ) -> int:
     from .dryrun import worst_case
 
     try:
-        report = worst_case(agent, limits)
+        report = worst_case(agent, limits, default_model=model)
     except ConfigurationError as exc:  # an invalid tree: one line, exit 2, like a real run
         raise UsageError(str(exc)) from None
     if args.json:
@@ -296,9 +307,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--model", help="default model for agents without one (e.g. claude-sonnet-5-5, offline)"
     )
-    run.add_argument("--max-turns", type=int, help="model turns per agent")
+    run.add_argument(
+        "--override-model",
+        help="model for every agent, replacing what the definitions name (e.g. offline)",
+    )
+    run.add_argument(
+        "--max-turns", type=int, help="model turns per agent (for agents that set none)"
+    )
     run.add_argument("--timeout", type=float, help="seconds for the whole run")
-    run.add_argument("--max-depth", type=int, help="deepest depth a subagent may have")
+    run.add_argument(
+        "--max-depth", type=int, help="deepest depth a subagent may have (where not set)"
+    )
     run.add_argument("--concurrency", type=int, help="model calls in flight")
     run.add_argument("--budget-tokens", type=int, help="billed tokens for the whole tree")
     run.add_argument("--json", action="store_true", help="print one JSON result object on stdout")

@@ -5,12 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from .agent import Agent, AgentTree
+from .errors import ConfigurationError
 from .limits import DEFAULT_LIMITS, Limits
+from .models import resolve_model
 
 __all__ = ["worst_case"]
 
 
-def worst_case(root: Agent, run_limits: Limits | None = None) -> dict[str, Any]:
+def worst_case(
+    root: Agent, run_limits: Limits | None = None, *, default_model: str | None = None
+) -> dict[str, Any]:
     """Validate the tree and bound its agents, model calls and tokens from its limits.
 
     Each agent may take ``max_turns`` turns, and a turn may make two model calls (a tool call cut
@@ -18,6 +22,15 @@ def worst_case(root: Agent, run_limits: Limits | None = None) -> dict[str, Any]:
     ``max_children`` children while depth allows, capped by ``max_agents``.
     """
     tree = AgentTree(root, run_limits=run_limits)
+    for agent in tree.by_name.values():  # the checks a real run makes before its first call
+        if agent.model is not None:
+            resolve_model(agent.model)
+    if root.model is None and default_model is None:
+        raise ConfigurationError(
+            f"no model for agent {root.name!r}: set Agent(model=...) or pass --model"
+        )
+    if default_model is not None:
+        resolve_model(default_model)
     run_layer = (run_limits or Limits()).fill(DEFAULT_LIMITS)
     max_agents = min(v for v in (run_layer.max_agents, (root.limits or Limits()).max_agents) if v)
     calls = 0
@@ -47,6 +60,5 @@ def worst_case(root: Agent, run_limits: Limits | None = None) -> dict[str, Any]:
         "worst_case_model_calls": calls,
         "worst_case_output_tokens": output_tokens,
         "token_budget": budget,
-        "worst_case_billed_tokens": budget,
         "timeout_s": min(v for v in (run_layer.timeout, (root.limits or Limits()).timeout) if v),
     }

@@ -21,6 +21,7 @@ __all__ = [
     "Event",
     "EventSink",
     "ModelTextDelta",
+    "ModelToolCallStarted",
     "ToolFinished",
     "ToolStarted",
     "TurnStarted",
@@ -67,8 +68,17 @@ class ModelTextDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class ModelToolCallStarted:
+    """The model began writing a tool call (streamed; its arguments are not complete yet)."""
+
+    path: str
+    tool: str
+    call_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class ToolStarted:
-    """A tool call passed validation and the policy gate and is running."""
+    """A tool call passed the policy gate and is running (a refused call has only ToolFinished)."""
 
     path: str
     tool: str
@@ -86,7 +96,13 @@ class ToolFinished:
 
 
 Event: TypeAlias = (
-    AgentStarted | AgentFinished | TurnStarted | ModelTextDelta | ToolStarted | ToolFinished
+    AgentStarted
+    | AgentFinished
+    | TurnStarted
+    | ModelTextDelta
+    | ModelToolCallStarted
+    | ToolStarted
+    | ToolFinished
 )
 
 

@@ -21,6 +21,7 @@ from .messages import Usage
 
 __all__ = ["DEFAULT_LIMITS", "BudgetExceeded", "Ledger", "Limits", "Reservation"]
 
+_FLOAT_FIELDS = frozenset({"timeout", "tool_timeout", "cost_budget_usd"})
 TREE_WIDE_FIELDS = ("timeout", "token_budget", "cost_budget_usd", "max_agents", "max_concurrency")
 
 
@@ -55,8 +56,11 @@ class Limits:
             value = getattr(self, f.name)
             if value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ConfigurationError(f"Limits.{f.name} must be a number, got {value!r}")
+            if f.name in _FLOAT_FIELDS:
+                if isinstance(value, bool) or not isinstance(value, int | float):
+                    raise ConfigurationError(f"Limits.{f.name} must be a number, got {value!r}")
+            elif isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigurationError(f"Limits.{f.name} must be an integer, got {value!r}")
             floor = 0 if f.name == "max_depth" else 1
             if f.name in ("timeout", "tool_timeout", "cost_budget_usd"):
                 if not value > 0 or math.isnan(value):
@@ -150,9 +154,6 @@ class Ledger:
         self._waiters = 0
         self._ancestry: tuple[Ledger, ...] = (self, *(parent._ancestry if parent else ()))
 
-    def _chain(self) -> tuple[Ledger, ...]:
-        return self._ancestry
-
     def _fits(self, tokens: int, cost: float) -> bool:
         if self.token_budget is not None and (
             self.used_tokens + self.reserved_tokens + tokens > self.token_budget
@@ -161,15 +162,6 @@ class Ledger:
         return self.cost_budget is None or (
             self.used_cost + self.reserved_cost + cost <= self.cost_budget + 1e-12
         )
-
-    def remaining_tokens(self) -> int | None:
-        """Tokens not yet used or reserved, over the whole chain (``None``: unlimited)."""
-        values = [
-            lg.token_budget - lg.used_tokens - lg.reserved_tokens
-            for lg in self._chain()
-            if lg.token_budget is not None
-        ]
-        return min(values) if values else None
 
     async def reserve(self, tokens: int, cost: float) -> Reservation:
         """Hold ``tokens`` and ``cost`` on this ledger and every parent, waiting if others may free room."""

@@ -17,7 +17,7 @@ import contextlib
 import dataclasses
 import functools
 import math
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -42,6 +42,7 @@ from .events import (
     AgentStarted,
     EventSink,
     ModelTextDelta,
+    ModelToolCallStarted,
     ToolFinished,
     ToolStarted,
     TurnStarted,
@@ -205,6 +206,8 @@ class AgentNode:
     started_at: float = 0.0
     in_flight: list[ToolResultBlock | None] | None = None
     model_context: ModelContext | None = None
+    started_calls: set[str] = field(default_factory=set)
+    """Ids of tool calls whose handler started (a cut one may have had side effects)."""
     assistant_turns: int = 0
     """Assistant messages in the transcript (kept as it changes; test models index by it)."""
     spawns: Any = None
@@ -246,15 +249,22 @@ class AgentNode:
         last = self.messages[-1] if self.messages else None
         if last is not None and last.role == "assistant" and last.tool_uses:
             done = self.in_flight or []
-            why = f"not run: the agent stopped ({status.value})"
+            not_run = f"not run: the agent stopped ({status.value})"
+            cut = (
+                f"cut off while running: the agent stopped ({status.value}); "
+                "it may have partly run, check before calling it again"
+            )
             results = [
-                done[i] if i < len(done) and done[i] is not None else error_result(c.id, why)
+                done[i]
+                if i < len(done) and done[i] is not None
+                else error_result(c.id, cut if c.id in self.started_calls else not_run)
                 for i, c in enumerate(last.tool_uses)
             ]
             self.append(Message("user", tuple(r for r in results if r is not None)))
         self.in_flight = None
         self.status = status
-        self.error = redact(error) if error else None
+        # a one-line reason, whatever the error text it quotes
+        self.error = " ".join(redact(error).split()) if error else None
         self.output = output
 
     def subtree_usage(self) -> Usage:
@@ -470,7 +480,9 @@ async def _generate_step(
             }
         )
     if response.stop_reason == "max_tokens" and _tool_calls(response):
-        response = await _generate(node, run, state.specs, min(max_tokens * 2, _MAX_OUTPUT_CAP))
+        response = await _generate(
+            node, run, state.specs, max(max_tokens, min(max_tokens * 2, _MAX_OUTPUT_CAP))
+        )
         if response is None or response is CONTEXT_FULL:
             if node.status is None:
                 node.finish(
@@ -559,8 +571,8 @@ def _resume_step(node: AgentNode, state: _LoopState, results: list[ToolResultBlo
     if state.error_turns >= state.max_errors:
         node.finish(
             RunStatus.ERROR_THRESHOLD,
-            f"every tool call failed {state.error_turns} turns in a row; "
-            f"last: {results[-1].content[:200]}",
+            f"every tool call failed in {state.error_turns} consecutive "
+            f"turn{'s' if state.error_turns != 1 else ''}; last error: {results[-1].content[:200]}",
         )
 
 
@@ -696,7 +708,7 @@ async def _generate(
         estimate,
         node.assistant_turns,
     )
-    ctx = node.model_context or ModelContext(run.clients, _text_sink(run, node))
+    ctx = node.model_context or _model_context(run, node)
     node.model_context = ctx
     usage: Usage | None = None
     try:
@@ -740,19 +752,19 @@ async def _generate(
     return response
 
 
-def _text_sink(run: RunState, node: AgentNode) -> Callable[[str], None]:
+def _model_context(run: RunState, node: AgentNode) -> ModelContext:
+    """What a model call may use: the run's clients, and hooks publishing streamed progress."""
     if not run.events.enabled:
-        return _ignore
+        return ModelContext(run.clients)
     path = node.path
 
-    def emit(text: str) -> None:
+    def text_delta(text: str) -> None:
         run.events.emit(ModelTextDelta(path, text))
 
-    return emit
+    def tool_call_start(call_id: str, tool: str) -> None:
+        run.events.emit(ModelToolCallStarted(path, tool, call_id))
 
-
-def _ignore(_text: str) -> None:
-    pass
+    return ModelContext(run.clients, text_delta, tool_call_start)
 
 
 async def _execute(
@@ -805,6 +817,7 @@ async def _call_one(
                 call.id,
                 (run, node, (node.turns, index), s),
             )
+            node.started_calls.add(call.id)
             runtime = node.runtime
             cap = node.context.result_caps.get(call.name)
             if cap is not None and cap < runtime.max_result_chars:

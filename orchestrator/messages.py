@@ -222,6 +222,37 @@ def message_to_wire(message: Message) -> dict[str, Any]:
     return {"role": message.role, "content": [to_wire(b) for b in message.content]}
 
 
+def transcript_problem(messages: Sequence[Message]) -> str | None:
+    """What makes ``messages`` unfit to continue from, or ``None``.
+
+    The API's rules, checked before a run instead of failing at its first model call: the first
+    message is the user's; no two user messages in a row; every ``tool_use`` is answered by
+    exactly one ``tool_result`` in the next message, and no result answers anything else.
+    """
+    if not messages:
+        return None
+    if messages[0].role != "user":
+        return "the first message must be the user's"
+    pending: list[str] = []
+    for i, message in enumerate(messages):
+        results = [b.tool_use_id for b in message.content if isinstance(b, ToolResultBlock)]
+        if message.role == "user":
+            if i and messages[i - 1].role == "user":
+                return f"messages {i - 1} and {i} are both from the user"
+            if sorted(results) != sorted(pending):
+                return f"message {i} does not answer exactly the tool calls of message {i - 1}"
+            pending = []
+        else:
+            if pending:
+                return f"the tool calls of message {i - 1} are never answered"
+            if results:
+                return f"assistant message {i} holds tool results"
+            pending = [b.id for b in message.content if isinstance(b, ToolUseBlock)]
+    if pending:
+        return "the last message's tool calls are not answered"
+    return None
+
+
 def canonical_json(value: Any) -> str:
     """Deterministic JSON (sorted keys, no spaces): for comparing and hashing tool inputs."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)

@@ -23,6 +23,7 @@ from .events import (
     AgentStarted,
     Event,
     ModelTextDelta,
+    ModelToolCallStarted,
     ToolFinished,
     ToolStarted,
     TurnStarted,
@@ -32,6 +33,7 @@ __all__ = ["follow_events"]
 
 _REDRAW_S = 0.125
 _STYLE = {"running": "yellow", "done": "green", "failed": "red", "waiting": "dim"}
+# "waiting": started but not yet at its first model turn (queued behind limits or its parent)
 
 
 @dataclass
@@ -39,12 +41,13 @@ class _AgentRow:
     name: str
     depth: int
     parent: str | None
-    state: str = "running"
+    state: str = "waiting"
     step: str = "starting"
     turns: int = 0
     tokens: int = 0
     status: str = ""
-    tools_running: set[str] = field(default_factory=set)
+    tools_running: dict[str, str] = field(default_factory=dict)
+    """Tool name by call id: two parallel calls of one tool are two entries."""
 
 
 class _Board:
@@ -52,27 +55,31 @@ class _Board:
 
     def __init__(self) -> None:
         self.rows: dict[str, _AgentRow] = {}
+        self.children: dict[str | None, list[str]] = {}
+        """Paths by parent path, so a render walks the tree once (no scan per node)."""
 
     def apply(self, event: Event) -> str | None:
         """Update the board; return a one-line description for plain output (or None)."""
         if isinstance(event, AgentStarted):
             self.rows[event.path] = _AgentRow(event.name, event.depth, event.parent_path)
+            self.children.setdefault(event.parent_path, []).append(event.path)
             return f"start  {event.path}: {event.task[:80]!r}"
         row = self.rows.get(event.path)
         if row is None:
             return None
         if isinstance(event, TurnStarted):
+            row.state = "running"
             row.turns = event.turn
             row.step = "waiting for the model"
             return None
         if isinstance(event, ToolStarted):
-            row.tools_running.add(event.tool)
-            row.step = "running " + ", ".join(sorted(row.tools_running))
+            row.tools_running[event.call_id] = event.tool
+            row.step = "running " + ", ".join(sorted(set(row.tools_running.values())))
             return f"tool   {event.path}: {event.tool}"
         if isinstance(event, ToolFinished):
-            row.tools_running.discard(event.tool)
+            row.tools_running.pop(event.call_id, None)
             row.step = (
-                ("running " + ", ".join(sorted(row.tools_running)))
+                ("running " + ", ".join(sorted(set(row.tools_running.values()))))
                 if row.tools_running
                 else "tools done"
             )
@@ -86,14 +93,15 @@ class _Board:
             row.tokens = event.usage.billed_tokens
             row.turns = event.turns
             return f"finish {event.path}: {event.status} ({event.turns} turns, {event.usage.billed_tokens} tokens)"
-        if isinstance(event, ModelTextDelta):
+        if isinstance(event, ModelToolCallStarted):
+            row.step = f"model is calling {event.tool}"
+        elif isinstance(event, ModelTextDelta):
             row.step = "model is writing"
         return None
 
     def render(self) -> Tree:
-        roots = [p for p, r in self.rows.items() if r.parent is None]
         tree = Tree(Text("agents", style="bold"))
-        for path in roots:
+        for path in self.children.get(None, []):
             self._add(tree, path)
         return tree
 
@@ -107,7 +115,7 @@ class _Board:
             label.append(f" tokens={row.tokens:,}")
         node = parent.add(label)
         # children in spawn order ("name#index"), whatever order the scheduler started them in
-        children = sorted((p for p, r in self.rows.items() if r.parent == path), key=_spawn_key)
+        children = sorted(self.children.get(path, []), key=_spawn_key)
         for child_path in children:
             self._add(node, child_path)
 

@@ -18,7 +18,7 @@ REDACTED = "[REDACTED]"
 _SECRET_SUFFIXES = ("_KEY", "_TOKEN", "_SECRET", "_PASSWORD", "_APIKEY")
 _MIN_SECRET_LEN = 8
 _PATTERNS = re.compile(
-    r"(sk-ant-[A-Za-z0-9_\-]{8,}|(?i:bearer)\s+[A-Za-z0-9._\-~+/=]{8,}|x-api-key[\"']?\s*[:=]\s*[\"']?[A-Za-z0-9_\-]{8,})"
+    r"(sk-ant-[A-Za-z0-9_\-]{8,}|(?i:bearer)\s+(?=[A-Za-z0-9._\-~+/=]*[0-9])[A-Za-z0-9._\-~+/=]{16,}|x-api-key[\"']?\s*[:=]\s*[\"']?[A-Za-z0-9_\-]{8,})"
 )
 
 _QUICK = re.compile(r"sk-|bearer|api-key", re.IGNORECASE)

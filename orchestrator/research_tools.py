@@ -28,6 +28,7 @@ from pathlib import Path
 from .corpus import Corpus, CorpusError, SearchHit
 from .errors import ToolError
 from .tools import Tool, tool
+from .words import fold
 
 __all__ = ["CORPUS_ENV", "corpus_tools", "rerank"]
 
@@ -98,19 +99,6 @@ def corpus_tools(root: Path | str | None = None, *, index_path: Path | None = No
         return "\n".join(parts)
 
     return [search, read]
-
-
-def fold(word: str) -> str:
-    """A word lower-cased with a plural, -ed, -ing, -er or -e ending dropped: "raised" meets
-    "raise" and "classes" meets "class", but "generators" does not meet "generic" (Porter stems
-    both to "gener"). Shared with the offline model's passage scoring."""
-    w = word.lower()
-    if len(w) > 4 and w.endswith("ies"):
-        return w[:-3] + "y"
-    for suffix in ("ing", "ers", "er", "ed", "es", "s", "e"):
-        if w.endswith(suffix) and len(w) - len(suffix) >= 3:
-            return w[: -len(suffix)]
-    return w
 
 
 def _terms(text: str) -> list[str]:

@@ -25,7 +25,7 @@ from .errors import ConfigurationError
 from .events import Event, EventSink
 from .limits import Limits
 from .loop import AgentNode, RunState, run_agent
-from .messages import Message
+from .messages import Message, transcript_problem
 from .models import resolve_model
 from .models.base import ClientPool, Model
 from .policy import Policy
@@ -148,6 +148,12 @@ async def open_run(
                     state.scope.cancel()
                 with trio.CancelScope(shield=True):
                     await handle._done.wait()
+    except BaseExceptionGroup as group:
+        # The caller's own exception from the block comes out as itself, not wrapped in the
+        # group our nursery makes (the run task itself never raises, but for bugs).
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
     finally:
         # close every client even when the caller is being cancelled, but never hang on it
         with trio.CancelScope(shield=True) as close_scope:
@@ -176,6 +182,9 @@ def _prepare(
         raise ConfigurationError(f"limits must be a Limits, got {limits!r}")
     if policy is not None and not isinstance(policy, Policy):
         raise ConfigurationError(f"policy must be a Policy, got {policy!r}")
+    problem = transcript_problem(list(history or ()))
+    if problem is not None:
+        raise ConfigurationError(f"message_history cannot be continued: {problem}")
     tree = AgentTree(agent, run_limits=limits)
     state = RunState(
         run_id=run_id or uuid.uuid4().hex,

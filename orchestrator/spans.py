@@ -108,6 +108,7 @@ class _LiveSpan:
                 if is_cancellation(exc):
                     if not self._records_outcome:
                         s.set_attribute("orchestrator.cancelled", True)
+                        s.set_attribute("orchestrator.outcome", "cancelled")
                 else:
                     s.set_attribute("error.type", type(exc).__qualname__)
                     s.set_status(Status(StatusCode.ERROR, redact(str(exc))[:200]))

@@ -12,6 +12,8 @@ had finished.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Literal
 
 import trio
@@ -107,8 +109,10 @@ class SpawnBook:
         self.per_agent: dict[str, int] = {}
         self.started_in_turn: dict[int, int] = {}
 
-    def scan(self, messages: list[Message]) -> None:
-        """Number the spawn calls of messages not seen yet (a compacted transcript restarts)."""
+    def scan(self, messages: list[Message], valid: Callable[[ToolUseBlock], bool]) -> None:
+        """Number the valid spawn calls of messages not seen yet (a compacted transcript
+        restarts). A call refused before starting (unknown agent, tools outside its set) takes
+        no number and no slot."""
         if messages is not self._source:
             self._source, self.scanned = messages, 0
         for message in messages[self.scanned :]:
@@ -118,6 +122,8 @@ class SpawnBook:
             for call in message.content:
                 if not isinstance(call, ToolUseBlock) or call.name != SPAWN_TOOL:
                     continue
+                if not valid(call):
+                    continue
                 if call.id not in self.ordinal:
                     name = str(call.input.get("agent"))
                     self.per_agent[name] = self.per_agent.get(name, 0) + 1
@@ -125,6 +131,27 @@ class SpawnBook:
                     self.slot_in_turn[call.id] = position
                 position += 1
         self.scanned = len(messages)
+
+
+def _allowed_tools(parent: AgentNode, agent: Agent) -> dict[str, Tool]:
+    """What a child may use: its own list, or its parent's tools (never the spawn tool)."""
+    base = parent.tools if agent.tools is None else {t.name: t for t in agent.tools}
+    return {n: t for n, t in base.items() if n != SPAWN_TOOL}
+
+
+def _starts(run: RunState, parent: AgentNode, call: ToolUseBlock) -> bool:
+    """Whether a spawn call passes the checks made before a child starts."""
+    if not isinstance(call.input, Mapping):
+        return False
+    agent = run.tree.by_name.get(str(call.input.get("agent")))
+    if agent is None:
+        return False
+    requested = call.input.get("tools")
+    if requested is None:
+        return True
+    return isinstance(requested, list) and set(map(str, requested)) <= set(
+        _allowed_tools(parent, agent)
+    )
 
 
 def make_child(
@@ -137,8 +164,7 @@ def make_child(
     call_id: str = "",
 ) -> AgentNode:
     """A child node under ``parent``; raises ToolError for a refused spawn (nothing started)."""
-    base = parent.tools if agent.tools is None else {t.name: t for t in agent.tools}
-    base = {n: t for n, t in base.items() if n != SPAWN_TOOL}
+    base = _allowed_tools(parent, agent)
     if tool_names is not None:
         outside = sorted(set(tool_names) - set(base))
         if outside:
@@ -150,7 +176,7 @@ def make_child(
     limits = _per_agent_limits(agent, parent.limits)
     book = parent.spawns if isinstance(parent.spawns, SpawnBook) else SpawnBook()
     parent.spawns = book
-    book.scan(parent.messages)
+    book.scan(parent.messages, partial(_starts, run, parent))
     started_earlier = len(parent.children) - book.started_in_turn.get(key[0], 0)
     slot = started_earlier + book.slot_in_turn.get(call_id, key[1])
     max_children = parent.limits.max_children or 0

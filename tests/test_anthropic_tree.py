@@ -175,3 +175,20 @@ async def test_a_reply_cut_by_max_tokens_is_continued_and_joined_over_http(
     result = await run(http_agent(plain_server), "Go.")
     assert result.status is RunStatus.COMPLETED
     assert result.output == "The first half, the second half."
+
+
+async def test_tool_call_starts_stream_as_run_events_over_http(
+    plain_server: FakeMessagesServer,
+) -> None:
+    from orchestrator import open_run
+    from orchestrator.events import ModelToolCallStarted
+
+    plain_server.push(reply_tool_use("lookup", {"topic": "x"}, id="toolu_s"), reply_text("ok"))
+    seen: list[ModelToolCallStarted] = []
+    async with open_run(http_agent(plain_server), "go") as handle:
+        async for event in handle.events:
+            if isinstance(event, ModelToolCallStarted):
+                seen.append(event)
+        result = await handle.result()
+    assert result.status is RunStatus.COMPLETED
+    assert [(e.tool, e.call_id) for e in seen] == [("lookup", "toolu_s")]

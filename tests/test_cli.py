@@ -691,3 +691,41 @@ def test_trace_list_and_show_draw_the_runs_after_a_run(work: Path) -> None:
         assert name in shown.stdout, shown.stdout
     newest = orchestrator(work, "trace", "show")
     assert newest.returncode == 0 and "invoke_agent lead" in newest.stdout
+
+
+# --------------------------------------------------------------------------------------------
+# Review fixes: model validation in --dry-run, tracing settings, --override-model.
+
+
+def test_dry_run_refuses_a_model_the_real_run_would_refuse(tmp_path: Path) -> None:
+    (tmp_path / "bad.py").write_text(
+        "from orchestrator import Agent\nagent = Agent('a', 'i', model='gpt:4o')\n"
+    )
+    line = one_line_error(orchestrator(tmp_path, "run", "bad.py", "go", "--dry-run"))
+    assert "gpt:4o" in line
+
+
+def test_an_unusable_otlp_setting_is_a_one_line_error_not_a_traceback(work: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "run", "agents.py", "go"],
+        cwd=work,
+        env=cli_env(OTEL_EXPORTER_OTLP_PROTOCOL="http/json"),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    line = one_line_error(proc)
+    assert "tracing" in line
+
+
+def test_override_model_replaces_the_model_every_agent_names(tmp_path: Path) -> None:
+    (tmp_path / "named.py").write_text(
+        "from orchestrator import Agent\n"
+        "agent = Agent('a', 'Answer.', model='anthropic:claude-sonnet-5-5')\n"
+    )
+    proc = orchestrator(
+        tmp_path, "run", "named.py", "hello", "--override-model", "offline", "--json"
+    )
+    assert proc.returncode == 0, proc.stderr
+    payload = json.loads(proc.stdout)
+    assert payload["status"] == "completed"

@@ -586,3 +586,35 @@ async def test_usage_adds_up_over_the_agents_model_calls():
     assert result.usage.output_tokens == 15
     assert result.usage.cache_read_tokens == 90
     assert result.own_usage == result.usage
+
+
+async def test_a_call_cut_off_while_running_says_it_may_have_partly_run(autojump_clock) -> None:
+    sent: list[str] = []
+
+    @tool
+    async def send(to: str) -> str:
+        """Send a message.
+
+        Args:
+            to: Recipient.
+        """
+        sent.append(to)
+        await trio.sleep(10)
+        return "sent"
+
+    agent = Agent(
+        "mailer",
+        "Send.",
+        tools=[send],
+        model=ScriptedModel([tool_call("send", {"to": "bob"}), text("done")]),
+    )
+    result = await run(agent, "go", limits=Limits(timeout=1))
+    assert result.status is RunStatus.TIMEOUT and sent == ["bob"]
+    cut = result.messages[-1].content[0]
+    assert cut.is_error and "may have partly run" in cut.content  # type: ignore[union-attr]
+
+
+def test_limits_refuse_fractions_where_a_count_is_meant() -> None:
+    with pytest.raises(ConfigurationError, match="max_concurrency"):
+        Limits(max_concurrency=2.0)  # type: ignore[arg-type]
+    assert Limits(timeout=0.5, tool_timeout=1.5).timeout == 0.5

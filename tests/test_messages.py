@@ -168,3 +168,12 @@ def test_redacted_thinking_round_trips_through_the_wire_format_unchanged() -> No
     block = RedactedThinkingBlock("EncryptedOpaqueData==")
     assert to_wire(block) == {"type": "redacted_thinking", "data": "EncryptedOpaqueData=="}
     assert block_from_wire(to_wire(block)) == block
+
+
+def test_ordinary_words_after_bearer_are_not_taken_for_a_token() -> None:
+    from orchestrator.redact import redact
+
+    assert redact("A bearer instrument is payable to its holder") == (
+        "A bearer instrument is payable to its holder"
+    )
+    assert "abcdef0123456789" not in redact("Authorization: Bearer abcdef0123456789ABCDEF")

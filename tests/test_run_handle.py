@@ -403,3 +403,24 @@ async def test_an_unknown_model_string_is_a_configuration_error_naming_it():
 async def test_run_rejects_something_that_is_not_an_agent():
     with pytest.raises(ConfigurationError):
         await run("not an agent", "hi")  # type: ignore[arg-type]
+
+
+async def test_an_exception_raised_in_the_open_run_block_comes_out_as_itself() -> None:
+    from orchestrator.models import ScriptedModel, text
+
+    agent = Agent("a", "i", model=ScriptedModel([text("hi")]))
+    with pytest.raises(KeyError, match="mine"):
+        async with open_run(agent, "go"):
+            raise KeyError("mine")
+
+
+async def test_a_message_history_that_cannot_be_continued_is_refused_before_any_call() -> None:
+    from orchestrator import ConfigurationError, Message, ToolUseBlock
+    from orchestrator.models import ScriptedModel, text
+
+    agent = Agent("a", "i", model=ScriptedModel([text("hi")]))
+    unanswered = [Message.user("go"), Message("assistant", (ToolUseBlock("t1", "x", {}),))]
+    with pytest.raises(ConfigurationError, match="not answered"):
+        await run(agent, "next", message_history=unanswered)
+    with pytest.raises(ConfigurationError, match="first message"):
+        await run(agent, "next", message_history=[Message.assistant("hello")])

@@ -29,7 +29,7 @@ from orchestrator import (
     run,
     tool,
 )
-from orchestrator.models import FunctionModel, response, text, tool_call
+from orchestrator.models import FunctionModel, ScriptedModel, response, text, tool_call
 
 # ---------------------------------------------------------------------------------------------
 # helpers (kept local: these files are self-contained)
@@ -888,3 +888,29 @@ async def test_result_tree_nodes_carry_agent_name_status_output_and_transcript()
         assert_valid_transcript(node.messages)
         assert node.messages[0].role == "user"
         assert node.messages[-1].role == "assistant"
+
+
+async def test_a_refused_spawn_takes_no_slot_of_max_children_and_no_number() -> None:
+    from orchestrator import Limits
+
+    worker = Agent("worker", "Work.", description="works")
+    lead = Agent("lead", "Lead.", subagents=[worker], limits=Limits(max_children=2))
+    model = ScriptedModel(
+        {
+            "lead": [
+                [
+                    tool_call(
+                        "spawn_subagent", {"agent": "worker", "task": "x", "tools": ["shell"]}
+                    ),
+                    tool_call("spawn_subagent", {"agent": "worker", "task": "b"}),
+                    tool_call("spawn_subagent", {"agent": "worker", "task": "c"}),
+                ],
+                text("done"),
+            ],
+            "worker": [text("ok")],
+        }
+    )
+    result = await run(lead, "go", model=model)
+    assert [c.path for c in result.children] == ["lead/worker#1", "lead/worker#2"]
+    results = [b for b in result.messages[2].content]
+    assert [r.is_error for r in results] == [True, False, False]  # type: ignore[union-attr]

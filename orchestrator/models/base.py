@@ -13,6 +13,8 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+import trio
+
 from ..messages import Block, Message, Usage
 
 __all__ = [
@@ -96,13 +98,23 @@ class ClientPool:
     def __init__(self, stack: AsyncExitStack) -> None:
         self._stack = stack
         self._clients: dict[Hashable, Any] = {}
+        self._locks: dict[Hashable, trio.Lock] = {}
 
     async def get(self, key: Hashable, factory: Callable[[], Any]) -> Any:
-        """The shared client for ``key`` (created and registered for closing on first use)."""
+        """The shared client for ``key`` (created and registered for closing on first use).
+
+        A lock per key makes concurrent first requests share one client (and so one
+        rate-limit gate) even if opening a client ever awaits.
+        """
         client = self._clients.get(key)
-        if client is None:
-            client = await self._stack.enter_async_context(factory())
-            self._clients[key] = client
+        if client is not None:
+            return client
+        lock = self._locks.setdefault(key, trio.Lock())
+        async with lock:
+            client = self._clients.get(key)
+            if client is None:
+                client = await self._stack.enter_async_context(factory())
+                self._clients[key] = client
         return client
 
 
@@ -125,11 +137,19 @@ class Model(Protocol):
     """
 
     @property
-    def name(self) -> str: ...
+    def name(self) -> str:
+        """The model name recorded on spans (``gen_ai.request.model``)."""
+        ...
 
     @property
-    def provider(self) -> str: ...
+    def provider(self) -> str:
+        """The provider recorded on spans (``gen_ai.provider.name``): ``anthropic``, ``offline``."""
+        ...
 
-    def cost(self, usage: Usage) -> float: ...
+    def cost(self, usage: Usage) -> float:
+        """What a call with this usage costs, in USD (the ledger reserves with it)."""
+        ...
 
-    def request(self, request: ModelRequest, ctx: ModelContext) -> Awaitable[ModelResponse]: ...
+    def request(self, request: ModelRequest, ctx: ModelContext) -> Awaitable[ModelResponse]:
+        """Answer one GENERATE step; raise :class:`~orchestrator.errors.ModelError` on failure."""
+        ...

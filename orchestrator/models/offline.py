@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage
-from ..research_tools import fold
+from ..words import fold
 from .base import ModelContext, ModelRequest, ModelResponse, ToolSpec
 
 __all__ = [
@@ -368,6 +368,8 @@ class OfflineModel:
         for block in content:
             if isinstance(block, TextBlock):
                 ctx.on_text_delta(block.text)
+            else:
+                ctx.on_tool_call_start(block.id, block.name)
         stop = "tool_use" if any(isinstance(b, ToolUseBlock) for b in content) else "end_turn"
         return ModelResponse(tuple(content), stop, Usage(), "offline", "")
 
