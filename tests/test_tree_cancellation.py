@@ -5,111 +5,32 @@ transcripts valid, stops promptly, and leaves no task running.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import trio
+from support.trees import (
+    Script,
+    assert_valid_transcript,
+    live_tasks,
+    nodes,
+    spawn,
+    tool_results,
+)
 
 from orchestrator import (
     Agent,
     Limits,
-    Message,
     ModelError,
-    RunResult,
     RunStatus,
     open_run,
     run,
     tool,
 )
-from orchestrator.models import FunctionModel, text, tool_call
+from orchestrator.models import text, tool_call
 
 # ---------------------------------------------------------------------------------------------
-# helpers (kept local: these files are self-contained)
-
-
-def turn_of(request: Any) -> int:
-    return sum(1 for m in request.messages if m.role == "assistant")
-
-
-def spawn(agent: str, task: str, id: str | None = None) -> Any:
-    return tool_call("spawn_subagent", {"agent": agent, "task": task}, id=id)
-
-
-class Script:
-    """A FunctionModel body: ``plans[agent_name]`` is a list of steps (by turn) or a function
-    ``(request, turn) -> step``; past the end of a list the agent answers ``done <path>``."""
-
-    def __init__(
-        self, plans: dict[str, Any], latency: float | Callable[[Any], float] = 0.0
-    ) -> None:
-        self.plans = plans
-        self.latency = latency
-        self.requests: list[Any] = []
-
-    async def __call__(self, request: Any) -> Any:
-        self.requests.append(SimpleNamespace(agent=request.agent, messages=list(request.messages)))
-        delay = self.latency(request) if callable(self.latency) else self.latency
-        if delay:
-            await trio.sleep(delay)
-        plan = self.plans.get(request.agent.name, [])
-        turn = turn_of(request)
-        if callable(plan):
-            return plan(request, turn)
-        if turn < len(plan):
-            return plan[turn]
-        return text(f"done {request.agent.path}")
-
-    @property
-    def model(self) -> FunctionModel:
-        return FunctionModel(self)
-
-    def calls(self, agent_name: str) -> int:
-        return sum(1 for r in self.requests if r.agent.name == agent_name)
-
-
-def nodes(result: RunResult) -> Iterator[RunResult]:
-    yield result
-    for child in result.children:
-        yield from nodes(child)
-
-
-def assert_valid_transcript(messages: list[Message]) -> None:
-    """Every tool_use is answered by exactly one tool_result, all in the next user message, in
-    call order; no tool_result answers anything else."""
-    for i, m in enumerate(messages):
-        uses = [b.id for b in m.content if b.type == "tool_use"]
-        results = [b.tool_use_id for b in m.content if b.type == "tool_result"]
-        if m.role == "assistant":
-            assert not results, f"message {i}: tool_result in an assistant message"
-        if uses:
-            assert m.role == "assistant"
-            assert i + 1 < len(messages), f"message {i}: tool_use {uses} never answered"
-            nxt = messages[i + 1]
-            assert nxt.role == "user"
-            answered = [b.tool_use_id for b in nxt.content if b.type == "tool_result"]
-            assert answered == uses, f"message {i + 1} answers {answered}, expected {uses}"
-        if results:
-            assert i > 0
-            asked = [b.id for b in messages[i - 1].content if b.type == "tool_use"]
-            assert results == asked, f"message {i} answers {results}, asked were {asked}"
-
-
-def tool_results(messages: list[Message]) -> list[Any]:
-    return [b for m in messages for b in m.content if b.type == "tool_result"]
-
-
-def live_tasks() -> int:
-    """How many trio tasks exist right now (the whole task tree)."""
-    count = 0
-    stack = [trio.lowlevel.current_root_task()]
-    while stack:
-        task = stack.pop()
-        count += 1
-        for nursery in task.child_nurseries:
-            stack.extend(nursery.child_tasks)
-    return count
+# helpers
 
 
 @tool
