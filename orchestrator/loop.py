@@ -399,7 +399,7 @@ class _LoopState:
     context_retry: bool = False
     compacted_since_last_turn: bool = False
     cut_text: list[str] = field(default_factory=list)
-    """Pieces of an answer cut by ``max_tokens``, joined when it completes."""
+    """Pieces of an answer cut by ``max_tokens`` or paused, joined when it completes."""
 
 
 async def _loop(node: AgentNode, run: RunState) -> None:
@@ -543,6 +543,7 @@ async def _parse_step(
         _check_turns(node, state, "while continuing a cut reply")
         return []
     if stop == "pause_turn" and not calls:  # send the transcript back as it is
+        state.cut_text.append(text_of(response.content))  # the answer goes on in the next reply
         _check_turns(node, state, "during pause_turn")
         return []
     if not calls:

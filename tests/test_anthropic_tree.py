@@ -124,7 +124,7 @@ async def test_pause_turn_sends_the_transcript_back_as_it_is_over_http(
 ) -> None:
     plain_server.push(reply_text("Working on it...", stop_reason="pause_turn"), reply_text("Done."))
     result = await run(http_agent(plain_server), "Go.")
-    assert result.status is RunStatus.COMPLETED and result.output == "Done."
+    assert result.status is RunStatus.COMPLETED and result.output == "Working on it...Done."
     second = plain_server.requests[1].json
     assert second is not None and second["messages"][-1]["role"] == "assistant"
 
