@@ -4,8 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import os
+
 import pytest
+from hypothesis import settings
 from support.transcripts import check_transcript
+
+# CI runs the property tests with a fixed seed (HYPOTHESIS_PROFILE=ci in .ci/run): a landing
+# must not depend on luck. Local runs explore new examples each time.
+settings.register_profile("ci", derandomize=True, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
 @pytest.fixture(scope="session")

@@ -373,16 +373,17 @@ def check_tree(
                 if target not in by_name or by_name[target] not in spec.children:
                     assert outcome.is_error, f"{where}: spawn of unknown {target!r} not refused"
                     continue
-                ordinals[target] += 1
-                child_path = f"{node.path}/{target}#{ordinals[target]}"
                 child_spec = by_name[target]
                 base = set(child_spec.tools) if child_spec.tools is not None else held
                 asked = call.input.get("tools")
-                child = by_path.get(child_path)
                 if asked is not None and not set(asked) <= base:
-                    assert child is None, f"{where}: {child_path} started despite a wide request"
-                    assert outcome.is_error
+                    # refused before starting: no child (the order check below would see an
+                    # extra one) and no number taken
+                    assert outcome.is_error, f"{where}: a wide request to {target!r} not refused"
                     continue
+                ordinals[target] += 1
+                child_path = f"{node.path}/{target}#{ordinals[target]}"
+                child = by_path.get(child_path)
                 if child is None:
                     assert outcome.is_error, f"{where}: {child_path} missing but not refused"
                     continue
