@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import os
+from collections.abc import Callable
 
 import pytest
 from hypothesis import settings
