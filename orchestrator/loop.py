@@ -425,13 +425,13 @@ async def _loop(node: AgentNode, run: RunState) -> None:
             run.tracer, f"turn {node.agent.name}", SpanKind.INTERNAL, turn_attrs
         ) as turn_span:
             response = await _generate_step(node, run, state, turn_span)
-            if response is None:
-                return
-            calls = await _parse_step(node, run, state, response)
-            if not calls:
-                continue  # the agent ended, or the reply asks for another model call
-            results = await _execute(node, run, calls)
-            _resume_step(node, state, results)
+            if response is not None:
+                calls = await _parse_step(node, run, state, response)
+                if calls:  # none: the agent ended, or the reply asks for another model call
+                    results = await _execute(node, run, calls)
+                    _resume_step(node, state, results)
+            # a turn that ends the agent states its outcome; others went on ("ok")
+            spans.record_outcome(turn_span, node.status.value if node.status else "ok", node.error)
 
 
 async def _generate_step(
