@@ -127,6 +127,8 @@ class RunState:
     cancel_requested: bool = False
     deadline: float = math.inf
     context: ContextPolicy | None = None
+    approvals: trio.Lock = field(default_factory=trio.Lock)
+    """Approvers answer one pending call at a time (see Policy.check)."""
     models: dict[str, Model] = field(default_factory=dict)
     """The model of every agent that names one, resolved once when the run starts."""
     capture: bool = False
@@ -248,6 +250,7 @@ class AgentNode:
             return
         last = self.messages[-1] if self.messages else None
         if last is not None and last.role == "assistant" and last.tool_uses:
+            executing = self.in_flight is not None  # cut during EXECUTE, not before it
             done = self.in_flight or []
             not_run = f"not run: the agent stopped ({status.value})"
             cut = (
@@ -257,7 +260,9 @@ class AgentNode:
             results = [
                 done[i]
                 if i < len(done) and done[i] is not None
-                else error_result(c.id, cut if c.id in self.started_calls else not_run)
+                else error_result(
+                    c.id, cut if executing and c.id in self.started_calls else not_run
+                )
                 for i, c in enumerate(last.tool_uses)
             ]
             self.append(Message("user", tuple(r for r in results if r is not None)))
@@ -422,14 +427,24 @@ async def _loop(node: AgentNode, run: RunState) -> None:
             run.events.emit(TurnStarted(node.path, node.turns))
         turn_attrs = partial(_turn_attributes, run.run_id, node.turns, node.path)
         with spans.span(
-            run.tracer, f"turn {node.agent.name}", SpanKind.INTERNAL, turn_attrs
+            run.tracer,
+            f"turn {node.agent.name}",
+            SpanKind.INTERNAL,
+            turn_attrs,
+            records_outcome=True,
         ) as turn_span:
-            response = await _generate_step(node, run, state, turn_span)
-            if response is not None:
-                calls = await _parse_step(node, run, state, response)
-                if calls:  # none: the agent ended, or the reply asks for another model call
-                    results = await _execute(node, run, calls)
-                    _resume_step(node, state, results)
+            try:
+                response = await _generate_step(node, run, state, turn_span)
+                if response is not None:
+                    calls = await _parse_step(node, run, state, response)
+                    if calls:  # none: the agent ended, or the reply asks for another model call
+                        results = await _execute(node, run, calls)
+                        _resume_step(node, state, results)
+            except BaseException as exc:
+                if is_cancellation(exc):  # cut from outside: say why, as the agent span will
+                    status, reason = run.cut_status(node)
+                    spans.record_outcome(turn_span, status.value, reason)
+                raise
             # a turn that ends the agent states its outcome; others went on ("ok")
             spans.record_outcome(turn_span, node.status.value if node.status else "ok", node.error)
 
@@ -774,6 +789,7 @@ async def _execute(
     """Run the calls concurrently; results come back in call order, one per call."""
     results: list[ToolResultBlock | None] = [None] * len(calls)
     node.in_flight = results
+    node.started_calls = set()  # ids may repeat across turns: only this step's count
     if len(calls) == 1:
         await _call_one(node, run, 0, calls[0], results)
     else:
@@ -801,7 +817,9 @@ async def _call_one(
             refusal = None  # the common case, without building the approver's view of the call
         else:
             pending = PendingCall(call.name, call.input, call.id, node.agent.name, node.path)
-            refusal = await node.policy.check(pending, frozenset(node.tools))
+            refusal = await node.policy.check(
+                pending, frozenset(node.tools), one_at_a_time=run.approvals
+            )
         if refusal is not None:
             result = error_result(call.id, refusal, run.secrets)
             if s.is_recording():

@@ -226,8 +226,9 @@ def transcript_problem(messages: Sequence[Message]) -> str | None:
     """What makes ``messages`` unfit to continue from, or ``None``.
 
     The API's rules, checked before a run instead of failing at its first model call: the first
-    message is the user's; no two user messages in a row; every ``tool_use`` is answered by
-    exactly one ``tool_result`` in the next message, and no result answers anything else.
+    message is the user's; every ``tool_use`` is answered by exactly one ``tool_result`` in the
+    next message, and no result answers anything else. (Consecutive user messages are allowed:
+    the API joins them.)
     """
     if not messages:
         return None
@@ -237,8 +238,6 @@ def transcript_problem(messages: Sequence[Message]) -> str | None:
     for i, message in enumerate(messages):
         results = [b.tool_use_id for b in message.content if isinstance(b, ToolResultBlock)]
         if message.role == "user":
-            if i and messages[i - 1].role == "user":
-                return f"messages {i - 1} and {i} are both from the user"
             if sorted(results) != sorted(pending):
                 return f"message {i} does not answer exactly the tool calls of message {i - 1}"
             pending = []

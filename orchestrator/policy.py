@@ -84,7 +84,9 @@ class Policy:
         object.__setattr__(self, "rules", dict(self.rules))
         object.__setattr__(self, "_decisions", {k: Decision(v) for k, v in self.rules.items()})
         object.__setattr__(self, "_default", Decision(self.default))
-        object.__setattr__(self, "_approvers", (self.approver,) if self.approver else ())
+        object.__setattr__(
+            self, "_approvers", (self.approver,) if self.approver is not None else ()
+        )
 
     def decide(self, tool_name: str) -> Decision:
         """The rule for ``tool_name`` (its own rule, else the default)."""
@@ -105,12 +107,22 @@ class Policy:
         da, db = Decision(self.default), Decision(stricter_of.default)
         default: RuleValue = (da if da.strictness >= db.strictness else db).value
         combined = Policy(rules, default, self.approver or stricter_of.approver)
-        approvers = tuple(dict.fromkeys((*self._approvers, *stricter_of._approvers)))
-        object.__setattr__(combined, "_approvers", approvers)
+        approvers: list[Approver] = []
+        for approver in (*self._approvers, *stricter_of._approvers):  # by identity: need not hash
+            if all(approver is not seen for seen in approvers):
+                approvers.append(approver)
+        object.__setattr__(combined, "_approvers", tuple(approvers))
         return combined
 
-    async def check(self, call: PendingCall, held: frozenset[str]) -> str | None:
-        """``None`` if the call may run, else the refusal the model reads."""
+    async def check(
+        self, call: PendingCall, held: frozenset[str], *, one_at_a_time: trio.Lock | None = None
+    ) -> str | None:
+        """``None`` if the call may run, else the refusal the model reads.
+
+        ``one_at_a_time`` (the run's) makes approvers answer one call after another: a person
+        at a terminal must see each question with its own answer, even when parallel calls in
+        several agents need confirmation at once.
+        """
         if call.name not in held:
             return (
                 f"tool {call.name!r} is not available to agent {call.agent_name!r}; "
@@ -129,7 +141,11 @@ class Policy:
             )
         for approver in self._approvers:
             try:
-                verdict = await _ask(approver, call)
+                if one_at_a_time is None:
+                    verdict = await _ask(approver, call)
+                else:
+                    async with one_at_a_time:
+                        verdict = await _ask(approver, call)
             except Exception as exc:  # fail closed: an approver that breaks approves nothing
                 return (
                     f"the approver failed ({type(exc).__name__}) on the call to {call.name!r}; "
@@ -147,7 +163,8 @@ async def _ask(approver: Approver, call: PendingCall) -> object:
         getattr(approver, "__call__", None)  # noqa: B004
     ):
         return await approver(call)  # type: ignore[misc]
-    verdict = await trio.to_thread.run_sync(approver, call, abandon_on_cancel=True)
-    if inspect.isawaitable(verdict):  # a sync callable that returned an awaitable
+    # boxed, so a sync callable that returns an awaitable can hand it back to be awaited here
+    (verdict,) = await trio.to_thread.run_sync(lambda: (approver(call),), abandon_on_cancel=True)
+    if inspect.isawaitable(verdict):
         verdict = await verdict
     return verdict

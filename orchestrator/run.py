@@ -152,7 +152,12 @@ async def open_run(
         # The caller's own exception from the block comes out as itself, not wrapped in the
         # group our nursery makes (the run task itself never raises, but for bugs).
         if len(group.exceptions) == 1:
-            raise group.exceptions[0] from None
+            exc = group.exceptions[0]
+            chain = exc.__cause__, exc.__context__, exc.__suppress_context__
+            try:
+                raise exc
+            finally:  # keep the caller's own exception chain as it was
+                exc.__cause__, exc.__context__, exc.__suppress_context__ = chain
         raise
     finally:
         # close every client even when the caller is being cancelled, but never hang on it

@@ -140,10 +140,13 @@ def _allowed_tools(parent: AgentNode, agent: Agent) -> dict[str, Tool]:
 
 
 def _starts(run: RunState, parent: AgentNode, call: ToolUseBlock) -> bool:
-    """Whether a spawn call passes the checks made before a child starts."""
-    if not isinstance(call.input, Mapping):
+    """Whether a spawn call passes the checks made before a child starts (its arguments, the
+    parent's subagents, the tools it may give). A call the policy refuses is not foreseen here:
+    it still takes its number."""
+    if not isinstance(call.input, Mapping) or not isinstance(call.input.get("task"), str):
         return False
-    agent = run.tree.by_name.get(str(call.input.get("agent")))
+    name = call.input.get("agent")
+    agent = next((a for a in run.tree.subagents_of(parent.agent) if a.name == name), None)
     if agent is None:
         return False
     requested = call.input.get("tools")

@@ -618,3 +618,17 @@ def test_limits_refuse_fractions_where_a_count_is_meant() -> None:
     with pytest.raises(ConfigurationError, match="max_concurrency"):
         Limits(max_concurrency=2.0)  # type: ignore[arg-type]
     assert Limits(timeout=0.5, tool_timeout=1.5).timeout == 0.5
+
+
+async def test_a_call_id_used_again_in_a_later_turn_is_not_taken_for_a_cut_call() -> None:
+    @tool
+    async def ping() -> str:
+        """Ping."""
+        return "pong"
+
+    script = [tool_call("ping", {}, id="call"), tool_call("ping", {}, id="call")]
+    agent = Agent("p", "Ping.", tools=[ping], model=ScriptedModel(script))
+    result = await run(agent, "go", limits=Limits(max_turns=2, repeat_limit=5))
+    assert result.status is RunStatus.MAX_TURNS
+    last = result.messages[-1].content[0]
+    assert "not run" in last.content  # type: ignore[union-attr]

@@ -290,3 +290,70 @@ async def test_every_approver_of_the_combined_layers_must_say_yes() -> None:
     result = await run(agent, "go", policy=Policy(rules={"delete": "confirm"}, approver=no))
     assert ran == []
     assert result.messages[2].content[0].is_error  # type: ignore[union-attr]
+
+
+def _confirm_agent(approver: object, ran: list[str], calls: int = 2) -> Agent:
+    @tool
+    async def delete(path: str) -> str:
+        """Delete a file.
+
+        Args:
+            path: Which file.
+        """
+        ran.append(path)
+        return "deleted"
+
+    step = [tool_call("delete", {"path": f"f{i}"}) for i in range(calls)]
+    return Agent(
+        "a",
+        "Delete.",
+        tools=[delete],
+        policy=Policy(rules={"delete": "confirm"}, approver=approver),  # type: ignore[arg-type]
+        model=ScriptedModel([step, text("done")]),
+    )
+
+
+async def test_approvers_answer_parallel_calls_one_at_a_time() -> None:
+    import threading
+    import time
+
+    lock = threading.Lock()
+    active = [0, 0]  # now, most at once
+
+    def ask(call: PendingCall) -> bool:
+        with lock:
+            active[0] += 1
+            active[1] = max(active[1], active[0])
+        time.sleep(0.05)
+        with lock:
+            active[0] -= 1
+        return True
+
+    ran: list[str] = []
+    result = await run(_confirm_agent(ask, ran, calls=3), "go")
+    assert sorted(ran) == ["f0", "f1", "f2"] and result.output == "done"
+    assert active[1] == 1
+
+
+async def test_a_sync_approver_returning_a_coroutine_is_awaited() -> None:
+    async def decide(call: PendingCall) -> bool:
+        return call.input["path"] == "f0"
+
+    ran: list[str] = []
+    await run(_confirm_agent(lambda call: decide(call), ran), "go")
+    assert ran == ["f0"]
+
+
+async def test_approvers_need_not_be_hashable_nor_truthy() -> None:
+    class Log:
+        __hash__ = None  # type: ignore[assignment]
+
+        def __len__(self) -> int:
+            return 0  # falsy
+
+        async def __call__(self, call: PendingCall) -> bool:
+            return True
+
+    ran: list[str] = []
+    await run(_confirm_agent(Log(), ran), "go", policy=Policy())
+    assert sorted(ran) == ["f0", "f1"]

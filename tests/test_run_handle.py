@@ -424,3 +424,25 @@ async def test_a_message_history_that_cannot_be_continued_is_refused_before_any_
         await run(agent, "next", message_history=unanswered)
     with pytest.raises(ConfigurationError, match="first message"):
         await run(agent, "next", message_history=[Message.assistant("hello")])
+
+
+async def test_the_open_run_blocks_own_exception_keeps_its_chain() -> None:
+    from orchestrator.models import ScriptedModel, text
+
+    agent = Agent("a", "i", model=ScriptedModel([text("hi")]))
+    with pytest.raises(RuntimeError) as info:
+        async with open_run(agent, "go"):
+            try:
+                raise KeyError("inner")
+            except KeyError as inner:
+                raise RuntimeError("outer") from inner
+    assert isinstance(info.value.__cause__, KeyError)
+
+
+async def test_a_history_of_consecutive_user_messages_is_accepted() -> None:
+    from orchestrator import Message
+    from orchestrator.models import ScriptedModel, text
+
+    agent = Agent("a", "i", model=ScriptedModel([text("hi")]))
+    result = await run(agent, "next", message_history=[Message.user("doc"), Message.user("q")])
+    assert result.output == "hi"

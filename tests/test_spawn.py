@@ -813,3 +813,29 @@ async def test_a_refused_spawn_takes_no_slot_of_max_children_and_no_number() -> 
     assert [c.path for c in result.children] == ["lead/worker#1", "lead/worker#2"]
     results = [b for b in result.messages[2].content]
     assert [r.is_error for r in results] == [True, False, False]  # type: ignore[union-attr]
+
+
+async def test_spawns_refused_for_their_arguments_take_no_slot() -> None:
+    from orchestrator import Limits
+
+    worker = Agent("worker", "Work.", description="works")
+    other = Agent("other", "Other.", description="not the lead's")
+    lead = Agent("lead", "Lead.", subagents=[worker], limits=Limits(max_children=1))
+    tree_root = Agent("root", "Root.", subagents=[lead, other], limits=Limits(max_children=1))
+    model = ScriptedModel(
+        {
+            "root": [tool_call("spawn_subagent", {"agent": "lead", "task": "go"}), text("done")],
+            "lead": [
+                [
+                    tool_call("spawn_subagent", {"agent": "worker"}),  # no task
+                    tool_call("spawn_subagent", {"agent": "other", "task": "x"}),  # not its own
+                    tool_call("spawn_subagent", {"agent": "worker", "task": "real"}),
+                ],
+                text("lead done"),
+            ],
+            "worker": [text("ok")],
+        }
+    )
+    result = await run(tree_root, "go", model=model)
+    lead_result = result.children[0]
+    assert [c.path for c in lead_result.children] == ["root/lead#1/worker#1"]
