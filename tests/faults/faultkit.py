@@ -40,6 +40,7 @@ import trio
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import StatusCode
+from support.trees import live_tasks
 
 from orchestrator import (
     DEFAULT_LIMITS,
@@ -97,18 +98,6 @@ def one_line(value: str, limit: int = 170) -> str:
     value = re.sub(r"(.)\1{19,}", lambda m: m.group(1) * 3 + "…", value)
     value = value.replace("|", "\\|")
     return value if len(value) <= limit else value[: limit - 1] + "…"
-
-
-def live_tasks() -> int:
-    """Every trio task alive right now (the whole task tree from the root task)."""
-    count = 0
-    stack = [trio.lowlevel.current_root_task()]
-    while stack:
-        task = stack.pop()
-        count += 1
-        for nursery in task.child_nurseries:
-            stack.extend(nursery.child_tasks)
-    return count
 
 
 def _counted_thread(t: threading.Thread) -> bool:
