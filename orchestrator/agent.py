@@ -14,7 +14,7 @@ from typing import Any
 
 from .context import ContextPolicy
 from .errors import ConfigurationError
-from .limits import DEFAULT_LIMITS, Limits
+from .limits import Limits, tree_wide_limits
 from .models.base import Model
 from .policy import Policy
 from .tools import Tool, tool
@@ -202,8 +202,7 @@ class AgentTree:
         return self._subagents[agent.name]
 
     def _check_limits(self, run_limits: Limits | None) -> None:
-        root_limits = (self.root.limits or Limits()).fill(run_limits).fill(DEFAULT_LIMITS)
-        budget = Limits(token_budget=root_limits.token_budget).tightest(run_limits).token_budget
+        budget = tree_wide_limits(run_limits, self.root.limits).token_budget
         for agent in self.by_name.values():
             own = agent.limits.token_budget if agent.limits else None
             cap = min(b for b in (budget, own) if b is not None) if (budget or own) else None

@@ -6,7 +6,7 @@ from typing import Any
 
 from .agent import Agent, AgentTree
 from .errors import ConfigurationError
-from .limits import DEFAULT_LIMITS, Limits
+from .limits import DEFAULT_LIMITS, Limits, tree_wide_limits
 from .models import resolve_model
 
 __all__ = ["worst_case"]
@@ -32,7 +32,8 @@ def worst_case(
     if default_model is not None:
         resolve_model(default_model)
     run_layer = (run_limits or Limits()).fill(DEFAULT_LIMITS)
-    max_agents = min(v for v in (run_layer.max_agents, (root.limits or Limits()).max_agents) if v)
+    tree_wide = tree_wide_limits(run_limits, root.limits)  # the same budgets a run would have
+    max_agents = tree_wide.max_agents or 1
     calls = 0
     agents = 0
     output_tokens = 0
@@ -52,13 +53,12 @@ def worst_case(
                 visit(subs[i % len(subs)], limits, depth + 1)
 
     visit(root, run_layer, 0)
-    budget = min(v for v in (run_layer.token_budget, (root.limits or Limits()).token_budget) if v)
     return {
         "tree": "valid",
         "agents_defined": len(tree.by_name),
         "worst_case_agents": agents,
         "worst_case_model_calls": calls,
         "worst_case_output_tokens": output_tokens,
-        "token_budget": budget,
-        "timeout_s": min(v for v in (run_layer.timeout, (root.limits or Limits()).timeout) if v),
+        "token_budget": tree_wide.token_budget,
+        "timeout_s": tree_wide.timeout,
     }

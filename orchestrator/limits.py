@@ -19,7 +19,14 @@ import trio
 from .errors import ConfigurationError
 from .messages import Usage
 
-__all__ = ["DEFAULT_LIMITS", "BudgetExceeded", "Ledger", "Limits", "Reservation"]
+__all__ = [
+    "DEFAULT_LIMITS",
+    "BudgetExceeded",
+    "Ledger",
+    "Limits",
+    "Reservation",
+    "tree_wide_limits",
+]
 
 _FLOAT_FIELDS = frozenset({"timeout", "tool_timeout", "cost_budget_usd"})
 TREE_WIDE_FIELDS = ("timeout", "token_budget", "cost_budget_usd", "max_agents", "max_concurrency")
@@ -92,6 +99,18 @@ class Limits:
     def to_dict(self) -> dict[str, Any]:
         """The fields that are set."""
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+
+def tree_wide_limits(run_limits: Limits | None, root_limits: Limits | None) -> Limits:
+    """The run's one budget for each tree-wide field: the run's and the root's own values, the
+    stricter winning (the root's is a sub-budget of the run's), else the default."""
+
+    def only_tree_wide(limits: Limits | None) -> Limits:
+        if limits is None:
+            return Limits()
+        return Limits(**{k: v for k, v in limits.to_dict().items() if k in TREE_WIDE_FIELDS})
+
+    return only_tree_wide(run_limits).tightest(only_tree_wide(root_limits)).fill(DEFAULT_LIMITS)
 
 
 DEFAULT_LIMITS = Limits(

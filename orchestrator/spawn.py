@@ -23,7 +23,7 @@ from . import spans
 from .agent import Agent
 from .context import ContextPolicy
 from .errors import ConfigurationError, ToolError
-from .limits import DEFAULT_LIMITS, TREE_WIDE_FIELDS, Ledger, Limits
+from .limits import DEFAULT_LIMITS, Ledger, Limits, tree_wide_limits
 from .loop import AgentNode, Limiters, Quota, RunState, make_runtime, run_agent
 from .messages import Message, TextBlock, ToolUseBlock, text_of
 from .models.base import Model
@@ -46,7 +46,7 @@ def make_root(run: RunState, agent: Agent, prompt: str, history: list[Message]) 
     """The root's node: the run's budgets, the root's own limits as the first layer."""
     limits = _per_agent_limits(agent, run.run_limits.fill(DEFAULT_LIMITS))
     # one budget for the run; the root's own tree-wide values can only tighten it
-    tree_wide = _tree_wide(run.run_limits).tightest(_tree_wide(agent.limits)).fill(DEFAULT_LIMITS)
+    tree_wide = tree_wide_limits(run.run_limits, agent.limits)
     model = _model_for(agent, None, run)
     ledger = Ledger(tree_wide.token_budget, tree_wide.cost_budget_usd)
     limiter = trio.CapacityLimiter(tree_wide.max_concurrency or 16)
@@ -82,12 +82,6 @@ def make_root(run: RunState, agent: Agent, prompt: str, history: list[Message]) 
     for m in messages:
         node.append(m)
     return node
-
-
-def _tree_wide(limits: Limits | None) -> Limits:
-    if limits is None:
-        return Limits()
-    return Limits(**{k: v for k, v in limits.to_dict().items() if k in TREE_WIDE_FIELDS})
 
 
 class SpawnBook:
