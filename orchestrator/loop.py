@@ -750,7 +750,7 @@ async def _generate(
                     return None
                 except Exception as exc:  # a model adapter or FunctionModel bug: end this agent
                     usage = Usage()
-                    spans.record_outcome(s, type(exc).__name__, str(exc))
+                    spans.record_outcome(s, type(exc).__name__, describe_exception(exc))
                     node.finish(RunStatus.ERROR, f"model call raised {describe_exception(exc)}")
                     return None
                 usage = response.usage
