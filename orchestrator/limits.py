@@ -25,6 +25,7 @@ __all__ = [
     "Ledger",
     "Limits",
     "Reservation",
+    "Slots",
     "tree_wide_limits",
 ]
 
@@ -132,6 +133,42 @@ DEFAULT_LIMITS = Limits(
 
 class BudgetExceeded(Exception):
     """Internal: a reservation cannot fit and nothing outstanding could free room."""
+
+
+class Slots:
+    """At most ``total`` holders at a time, woken in FIFO order: a lean ``trio.CapacityLimiter``.
+
+    Taking a free slot is a counter decrement with no checkpoint. trio's limiter yields to the
+    scheduler on every acquire and wakes its parking lot on every release; at one acquire per
+    model call that was a tenth of the runtime's CPU in the fan-out benchmark. A release hands
+    its slot straight to the longest waiter, so a newcomer cannot overtake one.
+    """
+
+    __slots__ = ("_lot", "free", "total")
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.free = total
+        self._lot = trio.lowlevel.ParkingLot()
+
+    def try_take(self) -> bool:
+        """Take a slot if one is free and nobody is waiting for one."""
+        if self.free and not self._lot:
+            self.free -= 1
+            return True
+        return False
+
+    async def take(self) -> None:
+        """Take a slot, waiting in line if none is free."""
+        if not self.try_take():
+            await self._lot.park()  # woken by give_back, which hands us its slot
+
+    def give_back(self) -> None:
+        """Return a slot: to the longest waiter if there is one."""
+        if self._lot:
+            self._lot.unpark()
+        else:
+            self.free += 1
 
 
 @dataclass(slots=True)

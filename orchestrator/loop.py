@@ -17,8 +17,6 @@ import contextlib
 import dataclasses
 import functools
 import math
-from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -47,7 +45,7 @@ from .events import (
     ToolStarted,
     TurnStarted,
 )
-from .limits import BudgetExceeded, Ledger, Limits
+from .limits import BudgetExceeded, Ledger, Limits, Slots
 from .messages import (
     Message,
     TextBlock,
@@ -160,24 +158,37 @@ class RunState:
 
 
 class Limiters:
-    """A chain of capacity limiters (an agent's own ``max_concurrency`` inside the run's).
+    """A chain of concurrency limits (an agent's own ``max_concurrency`` inside the run's).
 
-    Shared by every agent under the same limits, so it keeps no per-acquisition state.
+    Shared by every agent under the same limits; one slot of each is held per model call.
     """
 
-    def __init__(self, chain: tuple[trio.CapacityLimiter, ...]) -> None:
+    def __init__(self, chain: tuple[Slots, ...]) -> None:
         self.chain = chain
 
-    def hold(self) -> AbstractAsyncContextManager[Any]:
-        """Hold one token of every limiter in the chain, innermost first."""
-        return self.chain[0] if len(self.chain) == 1 else self._hold_all()
+    async def acquire(self) -> None:
+        """Take one slot of every limit in the chain, innermost first.
 
-    @asynccontextmanager
-    async def _hold_all(self) -> AsyncIterator[None]:
-        async with AsyncExitStack() as stack:
-            for limiter in self.chain:
-                await stack.enter_async_context(limiter)
-            yield
+        Always a checkpoint, even with slots free: a model or tools that never wait (a
+        FunctionModel that returns at once) would otherwise let one agent run every turn
+        without letting its siblings in.
+        """
+        await trio.lowlevel.checkpoint()
+        taken = 0
+        try:
+            for slots in self.chain:
+                if not slots.try_take():
+                    await slots.take()
+                taken += 1
+        except BaseException:
+            for slots in reversed(self.chain[:taken]):
+                slots.give_back()
+            raise
+
+    def release(self) -> None:
+        """Give back the slots of the chain, outermost first."""
+        for slots in reversed(self.chain):
+            slots.give_back()
 
 
 @dataclass(eq=False)
@@ -728,35 +739,16 @@ async def _generate(
     node.model_context = ctx
     usage: Usage | None = None
     try:
-        async with node.limiters.hold():
-            with spans.span(
-                run.tracer,
-                f"chat {model.name}",
-                SpanKind.CLIENT,
-                lambda: spans.chat_request_attributes(
-                    model.name, model.provider, request, run.run_id, run.capture
-                ),
-            ) as s:
-                try:
-                    response = await model.request(request, ctx)
-                except ModelError as exc:
-                    usage = Usage()
-                    spans.record_outcome(s, exc.kind, str(exc))
-                    if exc.kind == "context_exceeded":
-                        return CONTEXT_FULL
-                    if exc.fatal:
-                        run.fail(redact(str(exc)))
-                    node.finish(RunStatus.ERROR, str(exc))
-                    return None
-                except Exception as exc:  # a model adapter or FunctionModel bug: end this agent
-                    usage = Usage()
-                    spans.record_outcome(s, type(exc).__name__, describe_exception(exc))
-                    node.finish(RunStatus.ERROR, f"model call raised {describe_exception(exc)}")
-                    return None
-                usage = response.usage
-                spans.record_chat_response(s, response, run.capture)
+        await node.limiters.acquire()
+        try:
+            response = await _request(node, run, request, ctx)
+        finally:
+            node.limiters.release()
+        usage = Usage() if response is None else response.usage  # CONTEXT_FULL's is zero
     finally:
         node.ledger.settle(reservation, usage)
+    if response is None or response is CONTEXT_FULL:  # a failed call bills nothing
+        return response
     node.own_usage = node.own_usage + Usage(
         usage.input_tokens,
         usage.output_tokens,
@@ -766,6 +758,37 @@ async def _generate(
         1,
     )
     return response
+
+
+async def _request(
+    node: AgentNode, run: RunState, request: ModelRequest, ctx: ModelContext
+) -> ModelResponse | None:
+    """The model call itself, in its span; a failed call ends the agent (or the run)."""
+    model = node.model
+    with spans.span(
+        run.tracer,
+        f"chat {model.name}",
+        SpanKind.CLIENT,
+        lambda: spans.chat_request_attributes(
+            model.name, model.provider, request, run.run_id, run.capture
+        ),
+    ) as s:
+        try:
+            response = await model.request(request, ctx)
+        except ModelError as exc:
+            spans.record_outcome(s, exc.kind, str(exc))
+            if exc.kind == "context_exceeded":
+                return CONTEXT_FULL
+            if exc.fatal:
+                run.fail(redact(str(exc)))
+            node.finish(RunStatus.ERROR, str(exc))
+            return None
+        except Exception as exc:  # a model adapter or FunctionModel bug: end this agent
+            spans.record_outcome(s, type(exc).__name__, describe_exception(exc))
+            node.finish(RunStatus.ERROR, f"model call raised {describe_exception(exc)}")
+            return None
+        spans.record_chat_response(s, response, run.capture)
+        return response
 
 
 def _model_context(run: RunState, node: AgentNode) -> ModelContext:

@@ -23,7 +23,7 @@ from . import spans
 from .agent import Agent
 from .context import ContextPolicy
 from .errors import ConfigurationError, ToolError
-from .limits import DEFAULT_LIMITS, Ledger, Limits, tree_wide_limits
+from .limits import DEFAULT_LIMITS, Ledger, Limits, Slots, tree_wide_limits
 from .loop import AgentNode, Limiters, Quota, RunState, make_runtime, run_agent
 from .messages import Message, TextBlock, ToolUseBlock, text_of
 from .models.base import Model
@@ -49,7 +49,7 @@ def make_root(run: RunState, agent: Agent, prompt: str, history: list[Message]) 
     tree_wide = tree_wide_limits(run.run_limits, agent.limits)
     model = _model_for(agent, None, run)
     ledger = Ledger(tree_wide.token_budget, tree_wide.cost_budget_usd)
-    limiter = trio.CapacityLimiter(tree_wide.max_concurrency or 16)
+    limiter = Slots(tree_wide.max_concurrency or 16)
     quota = Quota(tree_wide.max_agents)
     quota.try_take()
     run.deadline = trio.current_time() + (tree_wide.timeout or math.inf)
@@ -195,7 +195,7 @@ def make_child(
         ledger = Ledger(own.token_budget, own.cost_budget_usd, parent.ledger)
     limiters = parent.limiters
     if own.max_concurrency is not None:
-        limiters = Limiters((trio.CapacityLimiter(own.max_concurrency), *parent.limiters.chain))
+        limiters = Limiters((Slots(own.max_concurrency), *parent.limiters.chain))
     own_deadline = trio.current_time() + own.timeout if own.timeout is not None else math.inf
     index = book.ordinal.get(call_id, book.per_agent.get(agent.name, 0) + 1)
     child = AgentNode(

@@ -36,6 +36,7 @@ from orchestrator import (
     run,
     tool,
 )
+from orchestrator.limits import Slots
 from orchestrator.models import FunctionModel, response, text, tool_call
 
 # ---------------------------------------------------------------------------------------------
@@ -621,6 +622,32 @@ async def test_agents_own_max_concurrency_limits_its_subtree_inside_the_runs(
     assert script.max_in_flight_by["skimmer"] == 3  # its sibling's subtree is not limited
     # lead, researcher, three readers one by one, researcher, lead
     assert elapsed == pytest.approx(7.0, abs=0.1)
+
+
+async def test_concurrency_slots_go_to_waiters_in_arrival_order_and_survive_a_cancelled_waiter(
+    autojump_clock,
+) -> None:
+    slots = Slots(1)
+    order: list[str] = []
+
+    async def holder(name: str, hold: float) -> None:
+        await slots.take()
+        order.append(name)
+        await trio.sleep(hold)
+        slots.give_back()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(holder, "first", 1.0)
+        await trio.sleep(0.1)
+        with trio.move_on_after(0.1):  # a waiter that gives up leaves no slot behind
+            await slots.take()
+        for name in ("second", "third"):
+            nursery.start_soon(holder, name, 1.0)
+            await trio.sleep(0.1)
+        assert not slots.try_take()  # two are waiting: a newcomer does not overtake them
+
+    assert order == ["first", "second", "third"]
+    assert slots.free == slots.total == 1
 
 
 # ---------------------------------------------------------------------------------------------
