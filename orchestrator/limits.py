@@ -219,13 +219,20 @@ class Ledger:
             self.used_cost + self.reserved_cost + cost <= self.cost_budget + 1e-12
         )
 
+    def try_reserve(self, tokens: int, cost: float) -> Reservation | None:
+        """:meth:`reserve` without waiting: ``None`` if some ledger of the chain has no room."""
+        for lg in self._ancestry:
+            if not lg._fits(tokens, cost):
+                return None
+        return self._hold(tokens, cost)
+
     async def reserve(self, tokens: int, cost: float) -> Reservation:
         """Hold ``tokens`` and ``cost`` on this ledger and every parent, waiting if others may free room."""
         chain = self._ancestry
         while True:
             blocking = [lg for lg in chain if not lg._fits(tokens, cost)]
             if not blocking:
-                break
+                return self._hold(tokens, cost)
             waiting_on = [lg for lg in blocking if lg.outstanding > 0]
             if len(waiting_on) < len(blocking):
                 lg = next(lg for lg in blocking if lg.outstanding == 0)
@@ -235,6 +242,9 @@ class Ledger:
                 await waiting_on[0]._changed.wait()
             finally:
                 waiting_on[0]._waiters -= 1
+
+    def _hold(self, tokens: int, cost: float) -> Reservation:
+        chain = self._ancestry
         for lg in chain:
             lg.reserved_tokens += tokens
             lg.reserved_cost += cost

@@ -716,13 +716,15 @@ async def _generate(
     """
     model = node.model
     estimate = node.estimate()
+    ledger = node.ledger
+    tokens = estimate + max_tokens
+    cost = (
+        model.cost(Usage(input_tokens=estimate, output_tokens=max_tokens))
+        if ledger.tracks_cost
+        else 0.0
+    )
     try:
-        reservation = await node.ledger.reserve(
-            estimate + max_tokens,
-            model.cost(Usage(input_tokens=estimate, output_tokens=max_tokens))
-            if node.ledger.tracks_cost
-            else 0.0,
-        )
+        reservation = ledger.try_reserve(tokens, cost) or await ledger.reserve(tokens, cost)
     except BudgetExceeded as exc:
         node.finish(RunStatus.BUDGET_EXCEEDED, str(exc))
         return None
@@ -749,13 +751,14 @@ async def _generate(
         node.ledger.settle(reservation, usage)
     if response is None or response is CONTEXT_FULL:  # a failed call bills nothing
         return response
-    node.own_usage = node.own_usage + Usage(
-        usage.input_tokens,
-        usage.output_tokens,
-        usage.cache_read_tokens,
-        usage.cache_write_tokens,
-        usage.cost_usd,
-        1,
+    own = node.own_usage  # one request more, whatever the adapter reported as its count
+    node.own_usage = Usage(
+        own.input_tokens + usage.input_tokens,
+        own.output_tokens + usage.output_tokens,
+        own.cache_read_tokens + usage.cache_read_tokens,
+        own.cache_write_tokens + usage.cache_write_tokens,
+        own.cost_usd + usage.cost_usd,
+        own.requests + 1,
     )
     return response
 
@@ -850,21 +853,26 @@ async def _call_one(
         else:
             if run.events.enabled:
                 run.events.emit(ToolStarted(node.path, call.name, call.id))
-            ctx = ToolContext(
-                run.run_id,
-                node.agent.name,
-                node.path,
-                node.depth,
-                run.deps,
-                call.id,
-                (run, node, (node.turns, index), s),
+            t = node.tools[call.name]
+            ctx = (
+                ToolContext(
+                    run.run_id,
+                    node.agent.name,
+                    node.path,
+                    node.depth,
+                    run.deps,
+                    call.id,
+                    (run, node, (node.turns, index), s),
+                )
+                if t.takes_context
+                else None
             )
             node.started_calls.add(call.id)
             runtime = node.runtime
             cap = node.context.result_caps.get(call.name)
             if cap is not None and cap < runtime.max_result_chars:
                 runtime = dataclasses.replace(runtime, max_result_chars=cap)
-            result = await execute(node.tools[call.name], call, ctx, runtime)
+            result = await execute(t, call, ctx, runtime)
         results[index] = result
         spans.record_tool_result(s, result, run.capture)
         if run.events.enabled:

@@ -326,15 +326,16 @@ def describe_validation_error(t: Tool, exc: pydantic.ValidationError) -> str:
 
 
 async def execute(
-    t: Tool, call: ToolUseBlock, ctx: ToolContext, rt: ToolRuntime
+    t: Tool, call: ToolUseBlock, ctx: ToolContext | None, rt: ToolRuntime
 ) -> ToolResultBlock:
     """Run one validated call to ``t`` and turn whatever happens into a tool result.
 
     Sync tools run in a worker thread that a timeout abandons (a Python thread cannot be
     killed); the abandoned thread is reported through ``rt.on_abandoned_thread``. Cancellation
-    from outside propagates: the caller records a synthetic result for the cut call.
+    from outside propagates: the caller records a synthetic result for the cut call. ``ctx`` is
+    only built (and only needed) for tools that take one.
     """
-    if not isinstance(call.input, Mapping):
+    if type(call.input) is not dict and not isinstance(call.input, Mapping):
         return error_result(
             call.id,
             f"arguments for tool {t.name!r} must be a JSON object, got {type(call.input).__name__}. "

@@ -62,13 +62,15 @@ def _finish(step: Any, request: ModelRequest, model_name: str) -> ModelResponse:
             fatal=True,
             kind="invalid_script",
         )
-    turn = request.turn_index()
-    content = tuple(
-        ToolUseBlock(f"toolu_{turn:03d}_{i}", b.name, b.input)
-        if isinstance(b, ToolUseBlock) and b.id == _UNSET_ID
-        else b
-        for i, b in enumerate(resp.content)
-    )
+    content = resp.content
+    if any(isinstance(b, ToolUseBlock) and b.id == _UNSET_ID for b in content):
+        turn = request.turn_index()
+        content = tuple(
+            ToolUseBlock(f"toolu_{turn:03d}_{i}", b.name, b.input)
+            if isinstance(b, ToolUseBlock) and b.id == _UNSET_ID
+            else b
+            for i, b in enumerate(content)
+        )
     usage = resp.usage
     if usage is _NO_USAGE or usage.requests < 0:
         out_chars = sum(
@@ -77,6 +79,8 @@ def _finish(step: Any, request: ModelRequest, model_name: str) -> ModelResponse:
             if isinstance(b, TextBlock | ToolUseBlock)
         )
         usage = Usage(input_tokens=request.input_tokens_estimate, output_tokens=out_chars // 4 + 1)
+    if content is resp.content and usage is resp.usage and resp.model:
+        return resp  # nothing to fill in
     return ModelResponse(content, resp.stop_reason, usage, resp.model or model_name, resp.id)
 
 
