@@ -408,7 +408,8 @@ class _LoopState:
     max_turns: int
     repeat_limit: int
     max_errors: int
-    compaction_allowed: bool
+    compaction_threshold: int | None
+    """Estimated input tokens past which the agent compacts (``None``: it cannot compact)."""
     last_calls: list[ToolUseBlock] = field(default_factory=list)
     repeats: int = 0
     error_turns: int = 0
@@ -429,8 +430,7 @@ async def _loop(node: AgentNode, run: RunState) -> None:
         repeat_limit=node.limits.repeat_limit or 1,
         max_errors=node.limits.max_consecutive_errors or 1,
         # compaction needs a threshold: a token count, or a fraction of a known context window
-        compaction_allowed=node.context.compaction_threshold(_context_window(node.model))
-        is not None,
+        compaction_threshold=node.context.compaction_threshold(_context_window(node.model)),
     )
     while node.status is None:
         node.turns += 1
@@ -468,14 +468,20 @@ async def _generate_step(
     A provider's "input too long" compacts and retries once; a tool call cut by ``max_tokens``
     is retried once with a larger output cap.
     """
-    cleared, compacted = await _fit_context(node, run, state.specs)
+    cleared, compacted = 0, False
+    if node.context.clear_results_after is not None or state.compaction_threshold is not None:
+        cleared, compacted = await _fit_context(node, run, state)
     compacted, state.compacted_since_last_turn = compacted or state.compacted_since_last_turn, False
     if node.status is not None:
         return None
     estimate = node.estimate()
     max_tokens = node.agent.max_output_tokens
     response = await _generate(node, run, state.specs, max_tokens)
-    if response is CONTEXT_FULL and state.compaction_allowed and not state.context_retry:
+    if (
+        response is CONTEXT_FULL
+        and state.compaction_threshold is not None
+        and not state.context_retry
+    ):
         state.context_retry = True
         if not await _compact(node, run, state.specs, overflow=True):
             return None
@@ -545,7 +551,7 @@ async def _parse_step(
         node.finish(RunStatus.REFUSAL, "the model refused to continue (stop_reason refusal)")
         return []
     if stop == "model_context_window_exceeded":
-        if state.compaction_allowed and not state.context_retry:
+        if state.compaction_threshold is not None and not state.context_retry:
             state.context_retry = True
             if response.content:  # the cut reply is not kept: the summary replaces it all
                 node.replace_messages(node.messages[:-1])
@@ -618,6 +624,8 @@ def _same_calls(calls: list[ToolUseBlock], previous: list[ToolUseBlock]) -> bool
     """
     if len(calls) != len(previous):
         return False
+    if len(calls) == 1:
+        return calls[0].name == previous[0].name and calls[0].input == previous[0].input
     remaining = [(c.name, c.input) for c in previous]
     for call in calls:
         try:
@@ -644,7 +652,7 @@ def _context_window(model: Model) -> int | None:
     return window if isinstance(window, int) else None
 
 
-async def _fit_context(node: AgentNode, run: RunState, specs: list[ToolSpec]) -> tuple[int, bool]:
+async def _fit_context(node: AgentNode, run: RunState, state: _LoopState) -> tuple[int, bool]:
     """Clear old tool results and compact as the agent's context policy says."""
     policy = node.context
     cleared = 0
@@ -654,9 +662,9 @@ async def _fit_context(node: AgentNode, run: RunState, specs: list[ToolSpec]) ->
         )
         if cleared:
             node.replace_messages(messages)
-    threshold = policy.compaction_threshold(_context_window(node.model))
+    threshold = state.compaction_threshold
     if threshold is not None and node.estimate() > threshold and len(node.messages) > 1:
-        return cleared, await _compact(node, run, specs)
+        return cleared, await _compact(node, run, state.specs)
     return cleared, False
 
 

@@ -128,9 +128,13 @@ class SpawnBook:
 
 
 def _allowed_tools(parent: AgentNode, agent: Agent) -> dict[str, Tool]:
-    """What a child may use: its own list, or its parent's tools (never the spawn tool)."""
-    base = parent.tools if agent.tools is None else {t.name: t for t in agent.tools}
-    return {n: t for n, t in base.items() if n != SPAWN_TOOL}
+    """What a child may use: its own list, or its parent's tools (never the spawn tool).
+
+    A fresh dict each time: the child adds its own spawn tool to it.
+    """
+    if agent.tools is None:
+        return {n: t for n, t in parent.tools.items() if n != SPAWN_TOOL}
+    return {t.name: t for t in agent.tools if t.name != SPAWN_TOOL}
 
 
 def _starts(run: RunState, parent: AgentNode, call: ToolUseBlock) -> bool:
@@ -149,6 +153,9 @@ def _starts(run: RunState, parent: AgentNode, call: ToolUseBlock) -> bool:
     return isinstance(requested, list) and set(map(str, requested)) <= set(
         _allowed_tools(parent, agent)
     )
+
+
+_NO_LIMITS = Limits()
 
 
 def make_child(
@@ -182,7 +189,7 @@ def make_child(
             f"{parent.agent.name!r} may start at most {max_children} subagents (max_children) "
             "and has used them all; finish the task with what you have"
         )
-    own = agent.limits or Limits()
+    own = agent.limits or _NO_LIMITS
     quota = (
         parent.agent_quota if own.max_agents is None else Quota(own.max_agents, parent.agent_quota)
     )
