@@ -1,14 +1,26 @@
-"""Telling a cancellation apart from a failure.
+"""Cancellation and checkpoints: the two trio rules the loop leans on.
 
 A nursery whose children were all cancelled raises a group of ``trio.Cancelled``; code that
-records how an agent or a span ended must treat that group as the cancellation it is.
+records how an agent or a span ended must treat that group as the cancellation it is
+(:func:`is_cancellation`).
+
+Every model call must be a checkpoint: a model that answers without waiting (a FunctionModel, a
+cache) would otherwise let one agent run turn after turn while its siblings never start.
+:func:`checkpointed` guarantees that without paying for a second trip through the scheduler
+when the call waited anyway, as every network call does.
 """
 
 from __future__ import annotations
 
+import types
+from collections.abc import Awaitable, Coroutine, Generator
+from typing import Any, TypeVar
+
 import trio
 
-__all__ = ["is_cancellation"]
+__all__ = ["checkpointed", "is_cancellation"]
+
+T = TypeVar("T")
 
 
 def is_cancellation(exc: BaseException) -> bool:
@@ -18,3 +30,42 @@ def is_cancellation(exc: BaseException) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         return all(is_cancellation(e) for e in exc.exceptions)
     return False
+
+
+async def checkpointed(awaitable: Awaitable[T]) -> T:
+    """Await ``awaitable`` as a checkpoint: cancelled before it starts, and yielding to the
+    scheduler once afterwards if it finished without ever yielding itself."""
+    try:
+        await trio.lowlevel.checkpoint_if_cancelled()
+    except BaseException:
+        if isinstance(awaitable, Coroutine):
+            awaitable.close()  # never started: no "was never awaited" warning
+        raise
+    return await _drive(awaitable.__await__())
+
+
+@types.coroutine
+def _drive(coro: Generator[Any, Any, T]) -> Generator[Any, Any, T]:
+    # The first step runs here; if it finishes, only the checkpoint is left to do. Otherwise
+    # every later step is forwarded to the event loop exactly as ``await`` would.
+    try:
+        trap = coro.send(None)
+    except StopIteration as done:
+        yield from trio.lowlevel.cancel_shielded_checkpoint().__await__()
+        result: T = done.value
+        return result
+    while True:
+        try:
+            answer = yield trap
+        except BaseException as exc:  # thrown in by the event loop (or close())
+            try:
+                trap = coro.throw(exc)
+            except StopIteration as done:
+                thrown_result: T = done.value
+                return thrown_result
+        else:
+            try:
+                trap = coro.send(answer)
+            except StopIteration as done:
+                sent_result: T = done.value
+                return sent_result

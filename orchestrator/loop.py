@@ -26,7 +26,7 @@ from opentelemetry.trace import SpanKind, Tracer
 
 from . import spans
 from .agent import Agent, AgentTree
-from .cancellation import is_cancellation
+from .cancellation import checkpointed, is_cancellation
 from .context import (
     ContextPolicy,
     TurnContext,
@@ -169,11 +169,9 @@ class Limiters:
     async def acquire(self) -> None:
         """Take one slot of every limit in the chain, innermost first.
 
-        Always a checkpoint, even with slots free: a model or tools that never wait (a
-        FunctionModel that returns at once) would otherwise let one agent run every turn
-        without letting its siblings in.
+        Waits only for a full limit: the model call made with the slots is the checkpoint
+        (see :func:`checkpointed`).
         """
-        await trio.lowlevel.checkpoint()
         taken = 0
         try:
             for slots in self.chain:
@@ -785,7 +783,7 @@ async def _request(
         ),
     ) as s:
         try:
-            response = await model.request(request, ctx)
+            response = await checkpointed(model.request(request, ctx))
         except ModelError as exc:
             spans.record_outcome(s, exc.kind, str(exc))
             if exc.kind == "context_exceeded":

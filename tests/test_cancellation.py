@@ -1,0 +1,106 @@
+"""The trio rules the loop leans on: what counts as a cancellation, and model calls as checkpoints."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+import trio
+
+from orchestrator.cancellation import checkpointed, is_cancellation
+
+
+def test_a_group_of_cancellations_is_a_cancellation_but_a_mixed_group_is_not() -> None:
+    cancelled = trio.Cancelled._create()
+    assert is_cancellation(cancelled)
+    assert is_cancellation(BaseExceptionGroup("g", [cancelled, trio.Cancelled._create()]))
+    assert not is_cancellation(BaseExceptionGroup("g", [cancelled, ValueError("x")]))
+    assert not is_cancellation(ValueError("x"))
+
+
+class _StepCounter(trio.abc.Instrument):
+    """Counts how often the scheduler resumes one task (each time it yielded)."""
+
+    def __init__(self, task: trio.lowlevel.Task) -> None:
+        self.task = task
+        self.steps = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task is self.task:
+            self.steps += 1
+
+
+async def _trips_through_the_scheduler(
+    awaitable_factory: Callable[[], Awaitable[object]],
+) -> tuple[object, int]:
+    counter = _StepCounter(trio.lowlevel.current_task())
+    trio.lowlevel.add_instrument(counter)
+    try:
+        value = await checkpointed(awaitable_factory())
+    finally:
+        trio.lowlevel.remove_instrument(counter)
+    return value, counter.steps
+
+
+async def test_a_call_that_never_waits_still_goes_through_the_scheduler_once() -> None:
+    async def instant() -> str:
+        return "answer"
+
+    value, trips = await _trips_through_the_scheduler(instant)
+    assert value == "answer"
+    assert trips == 1
+
+
+async def test_a_call_that_waits_gets_no_extra_trip_through_the_scheduler() -> None:
+    async def waits_once() -> str:
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        return "answer"
+
+    value, trips = await _trips_through_the_scheduler(waits_once)
+    assert value == "answer"
+    assert trips == 1  # its own wait, and nothing added
+
+
+async def test_exceptions_and_results_pass_through_several_waits() -> None:
+    async def waits_then_fails() -> None:
+        for _ in range(3):
+            await trio.sleep(0)
+        raise ValueError("from the model")
+
+    with pytest.raises(ValueError, match="from the model"):
+        await checkpointed(waits_then_fails())
+
+
+async def test_a_cancelled_caller_never_starts_the_call_and_leaves_no_warning() -> None:
+    started = False
+
+    async def call() -> None:
+        nonlocal started
+        started = True
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "coroutine was never awaited" would fail the test
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await checkpointed(call())
+    assert scope.cancelled_caught
+    assert not started
+
+
+async def test_cancellation_while_the_call_waits_reaches_the_call(autojump_clock: Any) -> None:
+    cleaned_up = False
+
+    async def slow() -> None:
+        nonlocal cleaned_up
+        try:
+            await trio.sleep(10)
+        finally:
+            cleaned_up = True
+
+    with trio.move_on_after(1) as scope:
+        await checkpointed(slow())
+    assert scope.cancelled_caught
+    assert cleaned_up
+    assert trio.current_time() == pytest.approx(1)
