@@ -16,6 +16,7 @@ import contextlib
 import functools
 import inspect
 import json
+import math
 import random
 import re
 import typing
@@ -397,9 +398,10 @@ class _Ok:
 
 async def _attempt(t: Tool, fn: Callable[[], Any], rt: ToolRuntime) -> _Ok | str:
     """One call: the value, or the error text the model should read."""
-    timeout = float("inf") if t.runtime_tool else rt.timeout
+    timeout = math.inf if t.runtime_tool else rt.timeout
+    limiter: _SeenLimiter | None = None
     try:
-        with trio.move_on_after(timeout) if timeout < float("inf") else contextlib.nullcontext():
+        with trio.move_on_after(timeout) if timeout < math.inf else contextlib.nullcontext():
             if t.is_async:
                 return _Ok(await typing.cast("Callable[[], Awaitable[Any]]", fn)())
             limiter = _SeenLimiter(rt.thread_limiter)
@@ -425,6 +427,13 @@ async def _attempt(t: Tool, fn: Callable[[], Any], rt: ToolRuntime) -> _Ok | str
         return (
             f"tool {t.name!r} raised {describe_exception(exc)}. "
             "Check the arguments, or try a different approach."
+        )
+    if limiter is not None and not limiter.acquired:
+        pool = rt.thread_limiter
+        return (
+            f"tool {t.name!r} could not start within {timeout:g}s: all {pool.total_tokens} worker "
+            "threads for sync tools are busy (tools that timed out earlier may still hold them); "
+            "it never ran, so calling it again later is safe"
         )
     return (
         f"tool {t.name!r} timed out after {timeout:g}s and was abandoned; "

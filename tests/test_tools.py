@@ -253,6 +253,44 @@ async def test_a_sync_tool_hanging_past_tool_timeout_is_abandoned_and_counted():
         await trio.to_thread.run_sync(finished.wait, 5)
 
 
+async def test_a_sync_tool_that_finds_every_worker_thread_busy_says_it_never_ran():
+    # 33 hanging calls at once against the run's 32 worker threads: the last never starts
+    release = threading.Event()
+    finished = threading.Semaphore(0)
+
+    @tool
+    def hang(i: int) -> str:
+        """Hang until released.
+
+        Args:
+            i: which call
+        """
+        try:
+            release.wait(10)
+            return "late"
+        finally:
+            finished.release()
+
+    calls = [tool_call("hang", {"i": i}) for i in range(33)]
+    model = ScriptedModel([calls, text("gave up")])
+    agent = Agent("worker", "x", model=model, tools=[hang])
+    try:
+        async with open_run(agent, "go", limits=Limits(tool_timeout=0.5)) as handle:
+            result = await handle.result()
+        results = results_of(result)
+        assert len(results) == 33 and all(r.is_error for r in results)
+        never_ran = [r for r in results if "never ran" in r.content]
+        assert len(never_ran) == 1
+        assert "could not start within 0.5s" in never_ran[0].content
+        assert "all 32 worker threads" in never_ran[0].content
+        assert sum("timed out after 0.5s" in r.content for r in results) == 32
+        assert handle.abandoned_threads == 32  # the one that never got a thread is not counted
+    finally:
+        release.set()
+    for _ in range(32):  # every thread that started finishes before the test ends
+        assert await trio.to_thread.run_sync(finished.acquire, True, 5)
+
+
 async def test_an_async_tool_hanging_past_tool_timeout_becomes_a_timed_out_result(autojump_clock):
     @tool
     async def hang() -> str:
