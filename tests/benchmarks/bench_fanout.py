@@ -12,7 +12,9 @@ Figures per configuration (N, L, tracing off/on):
 - wall: median of the runs (``run()`` start to result), against the ideal critical path
   (K+1)·L + 2·L;
 - CPU per model call: process user+sys CPU of the run (span export thread and final flush
-  included) divided by the model calls (2 + N·(K+1)); the headline is at L = 0;
+  included) divided by the model calls (2 + N·(K+1)); the headline is at L = 0. Measured in a
+  third process that alternates the two implementations run by run; the ratio is the median of
+  the per-pair ratios, so load drifting during the benchmark does not skew it;
 - peak RSS: ``ru_maxrss`` of a fresh subprocess per configuration (imports, a tiny warm-up and
   the measured runs; with tracing on it includes the in-memory exporter's finished spans).
 
@@ -299,9 +301,37 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def pair_worker(spec: dict[str, Any]) -> dict[str, Any]:
+    """CPU per call of both implementations, run alternately in one process.
+
+    Load on these machines drifts within seconds; timing each implementation in its own process
+    one after the other lets the drift into their ratio. Alternating runs (and which one goes
+    first) and taking the median of the per-pair ratios keeps it out.
+    """
+    n, l_ms, traced, reps = spec["n"], spec["l_ms"], spec["traced"], spec["reps"]
+    for impl in IMPLS:
+        one_run(impl, 2, 0, traced)  # warm-up
+    cpu: dict[str, list[float]] = {impl: [] for impl in IMPLS}
+    ratios = []
+    for rep in range(max(reps, 3)):
+        order = ("baseline", "ours") if rep % 2 == 0 else ("ours", "baseline")
+        pair = {}
+        for impl in order:
+            r = one_run(impl, n, l_ms, traced)
+            pair[impl] = r["cpu_s"] / r["calls"] * 1e6
+            cpu[impl].append(pair[impl])
+        ratios.append(pair["ours"] / pair["baseline"])
+    return {
+        **spec,
+        "cpu_us_per_call": {impl: median(v) for impl, v in cpu.items()},
+        "pair_ratios": [round(x, 2) for x in ratios],
+        "cpu_ratio": median(ratios),
+    }
+
+
 def run_config(spec: dict[str, Any], in_process: bool) -> dict[str, Any]:
     if in_process:
-        return worker(spec)
+        return pair_worker(spec) if spec["impl"] == "pair" else worker(spec)
     out = subprocess.run(
         [sys.executable, __file__, "--worker", json.dumps(spec)],
         capture_output=True,
@@ -327,6 +357,7 @@ def summarize(results: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict
         if impl != "ours":
             continue
         b = by.get(("baseline", n, l_ms, traced))
+        pair = by.get(("pair", n, l_ms, traced))
         ideal = ideal_s(l_ms)
         rows.append(
             {
@@ -338,9 +369,9 @@ def summarize(results: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict
                 "wall_over_ideal": r["wall_median_s"] / ideal if ideal else None,
                 "baseline_wall_s": b["wall_median_s"] if b else None,
                 "baseline_wall_over_ideal": b["wall_median_s"] / ideal if b and ideal else None,
-                "cpu_us_per_call": r["cpu_us_per_call"],
-                "baseline_cpu_us_per_call": b["cpu_us_per_call"] if b else None,
-                "cpu_ratio": r["cpu_us_per_call"] / b["cpu_us_per_call"] if b else None,
+                "cpu_us_per_call": pair["cpu_us_per_call"]["ours"] if pair else None,
+                "baseline_cpu_us_per_call": pair["cpu_us_per_call"]["baseline"] if pair else None,
+                "cpu_ratio": pair["cpu_ratio"] if pair else None,
                 "peak_rss_mb": r["peak_rss_mb"],
                 "baseline_peak_rss_mb": b["peak_rss_mb"] if b else None,
                 "rss_after_imports_mb": r["rss_after_imports_mb"],
@@ -451,7 +482,8 @@ def main() -> None:
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        json.dump(worker(json.loads(args.worker)), sys.stdout)
+        spec = json.loads(args.worker)
+        json.dump(pair_worker(spec) if spec["impl"] == "pair" else worker(spec), sys.stdout)
         return
 
     started = time.perf_counter()
@@ -462,7 +494,7 @@ def main() -> None:
     for traced in traced_opts:
         for l_ms in ls:
             for n in ns:
-                for impl in ("baseline", "ours"):
+                for impl in ("baseline", "ours", "pair"):
                     reps = args.reps or (1 if args.smoke else 3 if n >= 1000 else 5)
                     spec = {"impl": impl, "n": n, "l_ms": l_ms, "traced": traced, "reps": reps}
                     results.append(run_config(spec, in_process=args.smoke))
