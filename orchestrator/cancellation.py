@@ -13,7 +13,7 @@ when the call waited anyway, as every network call does.
 from __future__ import annotations
 
 import types
-from collections.abc import Awaitable, Coroutine, Generator
+from collections.abc import Awaitable, Generator
 from typing import Any, TypeVar
 
 import trio
@@ -32,20 +32,19 @@ def is_cancellation(exc: BaseException) -> bool:
     return False
 
 
-async def checkpointed(awaitable: Awaitable[T]) -> T:
-    """Await ``awaitable`` as a checkpoint: cancelled before it starts, and yielding to the
-    scheduler once afterwards if it finished without ever yielding itself."""
-    try:
-        await trio.lowlevel.checkpoint_if_cancelled()
-    except BaseException:
-        if isinstance(awaitable, Coroutine):
-            awaitable.close()  # never started: no "was never awaited" warning
-        raise
-    return await _drive(awaitable.__await__())
+def checkpointed(awaitable: Awaitable[T]) -> Awaitable[T]:
+    """``awaitable`` as a checkpoint: cancelled before it starts, and yielding to the scheduler
+    once afterwards if it finished without ever yielding itself."""
+    return _drive(awaitable.__await__())
 
 
 @types.coroutine
 def _drive(coro: Generator[Any, Any, T]) -> Generator[Any, Any, T]:
+    try:
+        yield from trio.lowlevel.checkpoint_if_cancelled().__await__()
+    except BaseException:
+        coro.close()  # never started: no "was never awaited" warning
+        raise
     # The first step runs here; if it finishes, only the checkpoint is left to do. Otherwise
     # every later step is forwarded to the event loop exactly as ``await`` would.
     try:

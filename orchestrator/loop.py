@@ -13,7 +13,6 @@ This module knows nothing of subagents: ``spawn_subagent`` is an ordinary tool b
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import math
@@ -324,6 +323,22 @@ def tool_specs(node: AgentNode) -> list[ToolSpec]:
     return [t.spec for t in node.tools.values()]
 
 
+def _agent_attributes(node: AgentNode, run: RunState) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": node.agent.name,
+        "gen_ai.agent.id": f"{run.run_id}/{node.path}",
+        "gen_ai.conversation.id": run.run_id,
+        "gen_ai.provider.name": node.model.provider,
+        "gen_ai.request.model": node.model.name,
+        "orchestrator.agent.path": node.path,
+        "orchestrator.agent.depth": node.depth,
+    }
+    if node.agent.description:
+        out["gen_ai.agent.description"] = node.agent.description
+    return out
+
+
 async def run_agent(node: AgentNode, run: RunState) -> None:
     """Run ``node``'s loop to its end. Cancellation from outside still finishes the node."""
     node.started_at = trio.current_time()
@@ -338,44 +353,27 @@ async def run_agent(node: AgentNode, run: RunState) -> None:
             )
         )
 
-    def attrs() -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "gen_ai.operation.name": "invoke_agent",
-            "gen_ai.agent.name": node.agent.name,
-            "gen_ai.agent.id": f"{run.run_id}/{node.path}",
-            "gen_ai.conversation.id": run.run_id,
-            "gen_ai.provider.name": node.model.provider,
-            "gen_ai.request.model": node.model.name,
-            "orchestrator.agent.path": node.path,
-            "orchestrator.agent.depth": node.depth,
-        }
-        if node.agent.description:
-            out["gen_ai.agent.description"] = node.agent.description
-        return out
-
     with spans.span(
         run.tracer,
         f"invoke_agent {node.agent.name}",
         SpanKind.INTERNAL,
-        attrs,
+        partial(_agent_attributes, node, run) if run.tracer else None,
         records_outcome=True,
     ) as s:
         try:
-            # an agent's own timeout is a cancel scope; without one, no scope is needed
-            own_scope = (
-                trio.CancelScope(deadline=node.own_deadline)
-                if node.own_deadline < math.inf
-                else None
-            )
-            with own_scope or contextlib.nullcontext():
-                try:
+            if node.own_deadline < math.inf:  # the agent's own timeout is a cancel scope
+                with trio.CancelScope(deadline=node.own_deadline) as own_scope:
                     await _loop(node, run)
-                except BaseException as exc:
-                    if is_cancellation(exc):
-                        node.finish(*run.cut_status(node))
-                    raise
-            if own_scope is not None and own_scope.cancelled_caught:
-                node.finish(RunStatus.TIMEOUT, f"agent timeout reached after {node.elapsed():.1f}s")
+                if own_scope.cancelled_caught:
+                    node.finish(
+                        RunStatus.TIMEOUT, f"agent timeout reached after {node.elapsed():.1f}s"
+                    )
+            else:
+                await _loop(node, run)
+        except BaseException as exc:
+            if is_cancellation(exc):  # cut from outside (an agent's own timeout is caught above)
+                node.finish(*run.cut_status(node))
+            raise
         finally:
             if node.status is None:  # an orchestrator bug is propagating: still leave a valid node
                 node.finish(RunStatus.ERROR, "internal error")
@@ -434,12 +432,11 @@ async def _loop(node: AgentNode, run: RunState) -> None:
         node.turns += 1
         if run.events.enabled:
             run.events.emit(TurnStarted(node.path, node.turns))
-        turn_attrs = partial(_turn_attributes, run.run_id, node.turns, node.path)
         with spans.span(
             run.tracer,
             f"turn {node.agent.name}",
             SpanKind.INTERNAL,
-            turn_attrs,
+            partial(_turn_attributes, run.run_id, node.turns, node.path) if run.tracer else None,
             records_outcome=True,
         ) as turn_span:
             try:

@@ -398,9 +398,11 @@ class _Ok:
 
 async def _attempt(t: Tool, fn: Callable[[], Any], rt: ToolRuntime) -> _Ok | str:
     """One call: the value, or the error text the model should read."""
-    timeout = math.inf if t.runtime_tool else rt.timeout
+    timeout = rt.timeout
     limiter: _SeenLimiter | None = None
     try:
+        if t.runtime_tool:  # spawn_subagent: no timeout, the child has its own bounds
+            return _Ok(await typing.cast("Callable[[], Awaitable[Any]]", fn)())
         with trio.move_on_after(timeout) if timeout < math.inf else contextlib.nullcontext():
             if t.is_async:
                 return _Ok(await typing.cast("Callable[[], Awaitable[Any]]", fn)())
