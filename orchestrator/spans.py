@@ -53,14 +53,20 @@ def tracing_live(provider: trace.TracerProvider | None) -> bool:
 
 
 class _NoSpan:
-    """The span context manager of an untraced run: no generator, no context switch."""
+    """The span context manager of an untraced run: no generator, no context switch.
+
+    Static methods, so that ``with`` binds nothing: a bound ``__exit__`` would be one more
+    object kept alive for every open span of every suspended agent, for the GC to walk.
+    """
 
     __slots__ = ()
 
-    def __enter__(self) -> Span:
+    @staticmethod
+    def __enter__() -> Span:
         return trace.INVALID_SPAN
 
-    def __exit__(self, *exc: object) -> None:
+    @staticmethod
+    def __exit__(*exc: object) -> None:
         return None
 
 
