@@ -20,7 +20,7 @@ import math
 import random
 import re
 import typing
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
@@ -347,14 +347,10 @@ async def execute(
         kwargs = t.validate(call.input)
     except pydantic.ValidationError as exc:
         return error_result(call.id, describe_validation_error(t, exc), rt.secrets)
-    fn = (
-        functools.partial(t.fn, ctx, **kwargs)
-        if t.takes_context
-        else functools.partial(t.fn, **kwargs)
-    )
+    args = (ctx,) if t.takes_context else ()
     attempt = 0
     while True:
-        message = await _attempt(t, fn, rt)
+        message = await _attempt(t, args, kwargs, rt)
         if isinstance(message, _Ok):
             try:
                 text = redact(to_content(message.value), rt.secrets)
@@ -396,21 +392,23 @@ class _Ok:
     value: Any
 
 
-async def _attempt(t: Tool, fn: Callable[[], Any], rt: ToolRuntime) -> _Ok | str:
+async def _attempt(
+    t: Tool, args: tuple[Any, ...], kwargs: dict[str, Any], rt: ToolRuntime
+) -> _Ok | str:
     """One call: the value, or the error text the model should read."""
     timeout = rt.timeout
     limiter: _SeenLimiter | None = None
     try:
         if t.runtime_tool:  # spawn_subagent: no timeout, the child has its own bounds
-            return _Ok(await typing.cast("Callable[[], Awaitable[Any]]", fn)())
+            return _Ok(await t.fn(*args, **kwargs))
         with trio.move_on_after(timeout) if timeout < math.inf else contextlib.nullcontext():
             if t.is_async:
-                return _Ok(await typing.cast("Callable[[], Awaitable[Any]]", fn)())
+                return _Ok(await t.fn(*args, **kwargs))
             limiter = _SeenLimiter(rt.thread_limiter)
             try:
                 return _Ok(
                     await trio.to_thread.run_sync(
-                        fn,
+                        functools.partial(t.fn, *args, **kwargs),
                         abandon_on_cancel=True,
                         limiter=typing.cast("trio.CapacityLimiter", limiter),
                     )
