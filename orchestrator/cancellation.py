@@ -13,7 +13,7 @@ when the call waited anyway, as every network call does.
 from __future__ import annotations
 
 import types
-from collections.abc import Awaitable, Generator
+from collections.abc import Awaitable, Coroutine, Generator
 from typing import Any, TypeVar
 
 import trio
@@ -35,11 +35,13 @@ def is_cancellation(exc: BaseException) -> bool:
 def checkpointed(awaitable: Awaitable[T]) -> Awaitable[T]:
     """``awaitable`` as a checkpoint: cancelled before it starts, and yielding to the scheduler
     once afterwards if it finished without ever yielding itself."""
-    return _drive(awaitable.__await__())
+    # a coroutine is driven as it is; other awaitables through their iterator
+    steps = awaitable if isinstance(awaitable, types.CoroutineType) else awaitable.__await__()
+    return _drive(steps)
 
 
 @types.coroutine
-def _drive(coro: Generator[Any, Any, T]) -> Generator[Any, Any, T]:
+def _drive(coro: Generator[Any, Any, T] | Coroutine[Any, Any, T]) -> Generator[Any, Any, T]:
     try:
         yield from trio.lowlevel.checkpoint_if_cancelled().__await__()
     except BaseException:

@@ -775,9 +775,16 @@ async def _request(
         run.tracer,
         f"chat {model.name}",
         SpanKind.CLIENT,
-        lambda: spans.chat_request_attributes(
-            model.name, model.provider, request, run.run_id, run.capture
-        ),
+        partial(
+            spans.chat_request_attributes,
+            model.name,
+            model.provider,
+            request,
+            run.run_id,
+            run.capture,
+        )
+        if run.tracer
+        else None,
     ) as s:
         try:
             response = await checkpointed(model.request(request, ctx))
@@ -840,7 +847,9 @@ async def _call_one(
         run.tracer,
         f"execute_tool {call.name}",
         SpanKind.INTERNAL,
-        lambda: spans.tool_attributes(call, run.run_id, node.agent.name, run.capture),
+        partial(spans.tool_attributes, call, run.run_id, node.agent.name, run.capture)
+        if run.tracer
+        else None,
     ) as s:
         if call.name in node.tools and node.policy.decide(call.name) is Decision.ALLOW:
             refusal = None  # the common case, without building the approver's view of the call
