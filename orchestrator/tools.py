@@ -76,8 +76,8 @@ class Tool:
     """
 
     __slots__ = (
-        "_fields",
         "_spec",
+        "_validator",
         "args_model",
         "description",
         "fn",
@@ -131,7 +131,7 @@ class Tool:
                 prop.pop("title", None)
         self.input_schema: dict[str, Any] = schema
         self._spec = ToolSpec(self.name, self.description, self.input_schema)
-        self._fields = tuple(self.args_model.model_fields)
+        self._validator = self.args_model.__pydantic_validator__
         self.spec_chars = len(self.name) + len(self.description) + len(canonical_json(schema))
         """The tool's size in the prompt, for input estimates."""
 
@@ -145,8 +145,9 @@ class Tool:
 
     def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """Validated keyword arguments for the function; raises pydantic's ValidationError."""
-        model = self.args_model.model_validate(arguments)
-        return {name: getattr(model, name) for name in self._fields}
+        # the validator itself (model_validate adds a Python-level call), and the instance's
+        # __dict__, which holds exactly the declared fields
+        return dict(self._validator.validate_python(arguments).__dict__)
 
 
 @overload
