@@ -189,6 +189,7 @@ async def test_agents_own_timeout_is_a_sub_deadline_the_parent_survives(autojump
     assert elapsed == pytest.approx(5.0, abs=0.1)
     child = result.children[0]
     assert child.status is RunStatus.TIMEOUT
+    assert child.error == "agent timeout reached after 5.0s"  # its own limit, not the run's
     assert_valid_transcript(child.messages)
     failed = result_for(result.messages, "s1")
     assert failed.is_error
