@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from .errors import ConfigurationError
 from .messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, canonical_json
+from .records import quick_init
 
 __all__ = ["CLEARED_PREFIX", "ContextPolicy", "TurnContext"]
 
@@ -77,6 +78,7 @@ class ContextPolicy:
         return min(limits) if limits else None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class TurnContext:
     """What one turn sent: the input size, what was cleared or compacted, the cache reads."""

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeAlias
 
+from .records import quick_init
+
 __all__ = [
     "Block",
     "Message",
@@ -33,6 +35,7 @@ __all__ = [
 Role: TypeAlias = Literal["user", "assistant"]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class TextBlock:
     """Plain text from the user or the model."""
@@ -41,6 +44,7 @@ class TextBlock:
     type: ClassVar[str] = "text"
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ThinkingBlock:
     """Extended thinking; sent back unchanged (with its signature) as the API requires."""
@@ -50,6 +54,7 @@ class ThinkingBlock:
     type: ClassVar[str] = "thinking"
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class RedactedThinkingBlock:
     """Thinking the provider encrypted; kept opaque and sent back unchanged."""
@@ -58,6 +63,7 @@ class RedactedThinkingBlock:
     type: ClassVar[str] = "redacted_thinking"
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ToolUseBlock:
     """The model asks for one tool call."""
@@ -68,6 +74,7 @@ class ToolUseBlock:
     type: ClassVar[str] = "tool_use"
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ToolResultBlock:
     """The answer to one :class:`ToolUseBlock`, always in the next user message."""
@@ -83,6 +90,7 @@ Block: TypeAlias = (
 )
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Message:
     """One transcript entry: a role and its content blocks."""
@@ -111,6 +119,7 @@ class Message:
         return text_of(self.content)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Usage:
     """Tokens and cost of one call, an agent or a subtree.

@@ -16,6 +16,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 import trio
 
 from ..messages import Block, Message, Usage
+from ..records import quick_init
 
 __all__ = [
     "AgentInfo",
@@ -30,6 +31,7 @@ __all__ = [
 T = TypeVar("T")
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class AgentInfo:
     """Which agent is asking: its name, its path from the root (``lead/researcher#2``), depth."""
@@ -56,6 +58,7 @@ class ToolSpec:
         }
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ModelRequest:
     """One GENERATE step: the assembled context for a model call."""
@@ -77,6 +80,7 @@ class ModelRequest:
         return sum(1 for m in self.messages if m.role == "assistant")
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ModelResponse:
     """One model reply: content blocks, the raw ``stop_reason`` string, and usage."""
