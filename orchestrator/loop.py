@@ -14,7 +14,6 @@ This module knows nothing of subagents: ``spawn_subagent`` is an ordinary tool b
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from dataclasses import dataclass, field
 from functools import partial
@@ -188,7 +187,7 @@ class Limiters:
             slots.give_back()
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class AgentNode:
     """The state of one agent run; becomes a :class:`RunResult` when it ends."""
 
@@ -228,9 +227,11 @@ class AgentNode:
     _chars: int = 0
     _fixed_chars: int = 0
 
-    @functools.cached_property
-    def info(self) -> AgentInfo:
-        return AgentInfo(self.agent.name, self.path, self.depth)
+    info: AgentInfo = field(init=False)
+    """Who is asking, as the model sees it (built once)."""
+
+    def __post_init__(self) -> None:
+        self.info = AgentInfo(self.agent.name, self.path, self.depth)
 
     def elapsed(self) -> float:
         return trio.current_time() - self.started_at
