@@ -397,7 +397,7 @@ async def run_agent(node: AgentNode, run: RunState) -> None:
                 )
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _LoopState:
     """What the loop remembers between turns of one agent."""
 
