@@ -35,9 +35,14 @@ def is_cancellation(exc: BaseException) -> bool:
 def checkpointed(awaitable: Awaitable[T]) -> Awaitable[T]:
     """``awaitable`` as a checkpoint: cancelled before it starts, and yielding to the scheduler
     once afterwards if it finished without ever yielding itself."""
-    # a coroutine is driven as it is; other awaitables through their iterator
-    steps = awaitable if isinstance(awaitable, types.CoroutineType) else awaitable.__await__()
+    # a coroutine is driven as it is; any other awaitable through a generator wrapping it
+    steps = awaitable if isinstance(awaitable, types.CoroutineType) else _steps_of(awaitable)
     return _drive(steps)
+
+
+def _steps_of(awaitable: Awaitable[T]) -> Generator[Any, Any, T]:
+    # ``__await__`` may return any iterator; a generator delegating to it has send/throw/close
+    return (yield from awaitable.__await__())
 
 
 @types.coroutine

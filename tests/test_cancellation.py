@@ -103,3 +103,20 @@ async def test_cancellation_while_the_call_waits_reaches_the_call(autojump_clock
     assert scope.cancelled_caught
     assert cleaned_up
     assert trio.current_time() == pytest.approx(1)
+
+
+class _Awaitable:
+    """An awaitable that is not a coroutine, with a plain iterator for ``__await__``."""
+
+    def __init__(self, waits: bool) -> None:
+        self.waits = waits
+
+    def __await__(self):  # type: ignore[no-untyped-def]
+        if self.waits:
+            return trio.sleep(0).__await__()
+        return iter(())  # finishes at once (its value is None)
+
+
+async def test_awaitables_that_are_not_coroutines_are_driven_the_same_way() -> None:
+    assert await _trips_through_the_scheduler(lambda: _Awaitable(waits=False)) == (None, 1)
+    assert await _trips_through_the_scheduler(lambda: _Awaitable(waits=True)) == (None, 1)
