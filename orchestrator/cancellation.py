@@ -13,7 +13,7 @@ when the call waited anyway, as every network call does.
 from __future__ import annotations
 
 import types
-from collections.abc import Awaitable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, TypeVar
 
 import trio
@@ -63,15 +63,13 @@ def _drive(coro: Generator[Any, Any, T] | Coroutine[Any, Any, T]) -> Generator[A
     while True:
         try:
             answer = yield trap
-        except BaseException as exc:  # thrown in by the event loop (or close())
-            try:
-                trap = coro.throw(exc)
-            except StopIteration as done:
-                thrown_result: T = done.value
-                return thrown_result
+        except BaseException as exc:  # thrown in by the event loop (or by close())
+            step: Callable[[Any], Any] = coro.throw
+            value: Any = exc
         else:
-            try:
-                trap = coro.send(answer)
-            except StopIteration as done:
-                sent_result: T = done.value
-                return sent_result
+            step, value = coro.send, answer
+        try:
+            trap = step(value)
+        except StopIteration as done:
+            final: T = done.value
+            return final
