@@ -179,8 +179,6 @@ class AgentTree:
                 )
             self.by_name[agent.name] = agent
             pending.extend(s for s in agent.subagents if isinstance(s, Agent))
-        self.cache: dict[Any, Any] = {}
-        """Things built once per tree and run (spawn tools), keyed by their owner."""
         self._subagents: dict[str, tuple[Agent, ...]] = {}
         for agent in self.by_name.values():
             resolved = []

@@ -11,6 +11,7 @@ had finished.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping
 from functools import partial
@@ -245,15 +246,17 @@ def _model_for(agent: Agent, parent: AgentNode | None, run: RunState) -> Model:
 def _add_spawn_tool(node: AgentNode, run: RunState) -> None:
     subagents = run.tree.subagents_of(node.agent)
     if subagents and node.depth < (node.limits.max_depth or 0):
-        # stateless (run and parent come from the call's context): built once per agent and run
-        key = ("spawn_tool", node.agent.name)
-        if key not in run.tree.cache:
-            run.tree.cache[key] = build_spawn_tool(subagents)
-        node.tools[SPAWN_TOOL] = run.tree.cache[key]
+        node.tools[SPAWN_TOOL] = build_spawn_tool(subagents)
 
 
+@functools.lru_cache(maxsize=256)
 def build_spawn_tool(subagents: tuple[Agent, ...]) -> Tool:
-    """The ``spawn_subagent`` tool for an agent with these subagents."""
+    """The ``spawn_subagent`` tool for an agent with these subagents.
+
+    Built once per set of definitions and shared by every run (building the schema takes ~5 ms):
+    the tool is stateless, since the run and the parent come from the call's context, and
+    definitions are immutable (the cache holds them by identity).
+    """
     names = tuple(a.name for a in subagents)
     listing = "\n".join(f"- {a.name}: {a.description or a.instructions[:200]}" for a in subagents)
 

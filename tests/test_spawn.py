@@ -839,3 +839,15 @@ async def test_spawns_refused_for_their_arguments_take_no_slot() -> None:
     result = await run(tree_root, "go", model=model)
     lead_result = result.children[0]
     assert [c.path for c in lead_result.children] == ["root/lead#1/worker#1"]
+
+
+def test_the_spawn_tool_is_built_once_per_set_of_definitions_and_reflects_them() -> None:
+    from orchestrator.spawn import build_spawn_tool
+
+    reader = Agent("reader", "Read.", description="reads pages")
+    first = build_spawn_tool((reader,))
+    assert build_spawn_tool((reader,)) is first  # a second run reuses it
+    renamed = reader.replace(description="skims pages")
+    other = build_spawn_tool((renamed,))
+    assert other is not first
+    assert "skims pages" in other.description and "reads pages" in first.description
