@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import os
 import re
+from contextvars import ContextVar
 
-__all__ = ["REDACTED", "redact", "secret_values"]
+__all__ = ["REDACTED", "RUN_SECRETS", "redact", "secret_values"]
 
 REDACTED = "[REDACTED]"
 _SECRET_SUFFIXES = ("_KEY", "_TOKEN", "_SECRET", "_PASSWORD", "_APIKEY")
@@ -43,11 +44,18 @@ def secret_values() -> tuple[str, ...]:
     return tuple(sorted(variants, key=len, reverse=True))
 
 
+RUN_SECRETS: ContextVar[tuple[str, ...] | None] = ContextVar("orchestrator_secrets", default=None)
+"""The running run's snapshot of :func:`secret_values` (set by the run for its own tasks)."""
+
+
 def redact(text: str, secrets: tuple[str, ...] | None = None) -> str:
     """``text`` with every secret value and key-shaped token replaced by ``[REDACTED]``.
 
-    ``secrets`` is a snapshot from :func:`secret_values`; without it the environment is read now.
+    ``secrets`` is a snapshot from :func:`secret_values`; without it, the snapshot of the run
+    this code runs in, and outside a run the environment read now (a scan of ``os.environ``).
     """
+    if secrets is None:
+        secrets = RUN_SECRETS.get()
     for value in secret_values() if secrets is None else secrets:
         if value in text:
             text = text.replace(value, REDACTED)

@@ -29,7 +29,7 @@ from .messages import Message, transcript_problem
 from .models import resolve_model
 from .models.base import ClientPool, Model
 from .policy import Policy
-from .redact import secret_values
+from .redact import RUN_SECRETS, secret_values
 from .result import RunResult
 from .spawn import make_root
 from .tracing import content_capture_enabled
@@ -87,6 +87,9 @@ class RunHandle:
 
     async def _drive(self) -> None:
         state = self._state
+        # everything the run redacts (tool results, span text, reasons) uses one snapshot;
+        # set in this task's own context, so it reaches every agent and worker thread of the run
+        RUN_SECRETS.set(state.secrets)
         try:
             with state.scope:
                 state.scope.deadline = state.deadline

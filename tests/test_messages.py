@@ -177,3 +177,26 @@ def test_ordinary_words_after_bearer_are_not_taken_for_a_token() -> None:
         "A bearer instrument is payable to its holder"
     )
     assert "abcdef0123456789" not in redact("Authorization: Bearer abcdef0123456789ABCDEF")
+
+
+async def test_redaction_inside_a_run_uses_the_snapshot_taken_when_the_run_started(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from orchestrator import Agent, run, tool
+    from orchestrator.redact import REDACTED, redact
+
+    secret = "s3cret-value-0123456789"
+    monkeypatch.setenv("PAYMENTS_API_KEY", secret)
+    seen: list[str] = []
+
+    @tool
+    async def check() -> str:
+        """Redact a secret that has left the environment since the run started."""
+        monkeypatch.delenv("PAYMENTS_API_KEY")
+        seen.append(redact(f"key={secret}"))
+        return "checked"
+
+    model = ScriptedModel([tool_call("check"), text("done")])
+    await run(Agent("a", "A.", tools=[check]), "go", model=model)
+    assert seen == [f"key={REDACTED}"]
+    assert redact(secret) == secret  # outside the run, the environment as it is now
