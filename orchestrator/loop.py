@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import typing
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -76,6 +77,7 @@ _KNOWN = (
 _MAX_OUTPUT_CAP = 64_000
 CONTEXT_FULL = ModelResponse((), "model_context_window_exceeded")
 """Returned by ``_generate`` when the provider refused the input as too long."""
+CONTEXT_EXCEEDED_REASON = "the transcript exceeded the model's context window"
 CONTINUE_PROMPT = (
     "Your last reply was cut off by the output limit. Continue exactly where it stopped."
 )
@@ -378,8 +380,9 @@ async def run_agent(node: AgentNode, run: RunState) -> None:
         finally:
             if node.status is None:  # an orchestrator bug is propagating: still leave a valid node
                 node.finish(RunStatus.ERROR, "internal error")
+            usage = node.subtree_usage()  # the whole subtree's, walked once
             if s.is_recording():
-                s.set_attributes(spans.usage_attributes("orchestrator.usage", node.subtree_usage()))
+                s.set_attributes(spans.usage_attributes("orchestrator.usage", usage))
                 s.set_attributes(spans.usage_attributes("orchestrator.own_usage", node.own_usage))
                 s.set_attribute("orchestrator.turns", node.turns)
                 s.set_attribute("orchestrator.children", len(node.children))
@@ -391,7 +394,7 @@ async def run_agent(node: AgentNode, run: RunState) -> None:
                         node.agent.name,
                         (node.status or RunStatus.ERROR).value,
                         node.error,
-                        node.subtree_usage(),
+                        usage,
                         node.turns,
                     )
                 )
@@ -485,9 +488,7 @@ async def _generate_step(
         estimate = node.estimate()
         response = await _generate(node, run, state.specs, max_tokens)
     if response is CONTEXT_FULL:
-        node.finish(
-            RunStatus.CONTEXT_EXCEEDED, "the transcript exceeded the model's context window"
-        )
+        node.finish(RunStatus.CONTEXT_EXCEEDED, CONTEXT_EXCEEDED_REASON)
         return None
     if response is None:
         return None
@@ -513,9 +514,7 @@ async def _generate_step(
         )
         if response is None or response is CONTEXT_FULL:
             if node.status is None:
-                node.finish(
-                    RunStatus.CONTEXT_EXCEEDED, "the transcript exceeded the model's context window"
-                )
+                node.finish(RunStatus.CONTEXT_EXCEEDED, CONTEXT_EXCEEDED_REASON)
             return None
         if response.stop_reason == "max_tokens" and _tool_calls(response):
             node.finish(
@@ -555,9 +554,7 @@ async def _parse_step(
                 state.compacted_since_last_turn = True
                 _check_turns(node, state, "after compacting")
             return []
-        node.finish(
-            RunStatus.CONTEXT_EXCEEDED, "the transcript exceeded the model's context window"
-        )
+        node.finish(RunStatus.CONTEXT_EXCEEDED, CONTEXT_EXCEEDED_REASON)
         return []
     if stop not in _KNOWN:
         node.finish(
@@ -834,7 +831,7 @@ async def _execute(
             for i, call in enumerate(calls):
                 nursery.start_soon(_call_one, node, run, i, call, results)
     node.in_flight = None
-    return [r for r in results if r is not None]
+    return typing.cast("list[ToolResultBlock]", results)  # every call filled its slot
 
 
 async def _call_one(

@@ -171,13 +171,14 @@ def make_child(
     """A child node under ``parent``; raises ToolError for a refused spawn (nothing started)."""
     base = _allowed_tools(parent, agent)
     if tool_names is not None:
-        outside = sorted(set(tool_names) - set(base))
+        wanted = set(tool_names)
+        outside = sorted(wanted - set(base))
         if outside:
             raise ToolError(
                 f"cannot give {agent.name!r} tools {outside}: it may only use "
                 f"{sorted(base) or '(no tools)'}; ask for a subset of those or omit 'tools'"
             )
-        base = {n: t for n, t in base.items() if n in set(tool_names)}
+        base = {n: t for n, t in base.items() if n in wanted}
     limits = _per_agent_limits(agent, parent.limits)
     book = parent.spawns if isinstance(parent.spawns, SpawnBook) else SpawnBook()
     parent.spawns = book
