@@ -123,8 +123,7 @@ class Tool:
         self.is_async = inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(
             getattr(fn, "__call__", None)  # noqa: B004 - callable objects with async __call__
         )
-        self.takes_context, self.args_model = _build_args_model(self.name, fn, param_docs)
-        schema = self.args_model.model_json_schema()
+        self.takes_context, self.args_model, schema = _build_args_model(self.name, fn, param_docs)
         schema.pop("title", None)
         for prop in schema.get("properties", {}).values():
             if isinstance(prop, dict):
@@ -228,7 +227,8 @@ def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
 
 def _build_args_model(
     tool_name: str, fn: Callable[..., Any], param_docs: Mapping[str, str]
-) -> tuple[bool, type[pydantic.BaseModel]]:
+) -> tuple[bool, type[pydantic.BaseModel], dict[str, Any]]:
+    """Whether ``fn`` takes a ToolContext, its arguments model, and that model's JSON schema."""
     try:
         hints = typing.get_type_hints(fn, include_extras=True)
     except Exception as exc:
@@ -263,12 +263,12 @@ def _build_args_model(
             __config__=pydantic.ConfigDict(extra="forbid", arbitrary_types_allowed=False),
             **fields,
         )
-        model.model_json_schema()
+        schema = model.model_json_schema()
     except Exception as exc:
         raise ConfigurationError(
             f"tool {tool_name!r}: its parameters have no JSON schema: {exc}"
         ) from exc
-    return takes_context, typing.cast(type[pydantic.BaseModel], model)
+    return takes_context, typing.cast(type[pydantic.BaseModel], model), schema
 
 
 def to_content(value: Any) -> str:
