@@ -15,6 +15,7 @@ from typing import Any
 from .context import ContextPolicy
 from .errors import ConfigurationError
 from .limits import Limits, tree_wide_limits
+from .models import resolve_model
 from .models.base import Model
 from .policy import Policy
 from .tools import Tool, tool
@@ -198,6 +199,12 @@ class AgentTree:
     def subagents_of(self, agent: Agent) -> tuple[Agent, ...]:
         """The resolved subagents of ``agent``."""
         return self._subagents[agent.name]
+
+    def models(self) -> dict[str, Model]:
+        """The model of every agent that names one, resolved (a bad model string fails here)."""
+        return {
+            a.name: resolve_model(a.model) for a in self.by_name.values() if a.model is not None
+        }
 
     def _check_limits(self, run_limits: Limits | None) -> None:
         budget = tree_wide_limits(run_limits, self.root.limits).token_budget

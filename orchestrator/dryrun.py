@@ -22,9 +22,7 @@ def worst_case(
     ``max_children`` children while depth allows, capped by ``max_agents``.
     """
     tree = AgentTree(root, run_limits=run_limits)
-    for agent in tree.by_name.values():  # the checks a real run makes before its first call
-        if agent.model is not None:
-            resolve_model(agent.model)
+    tree.models()  # the checks a real run makes before its first call
     if root.model is None and default_model is None:
         raise ConfigurationError(
             f"no model for agent {root.name!r}: set Agent(model=...) or pass --model"

@@ -32,7 +32,7 @@ from .policy import Policy
 from .redact import RUN_SECRETS, secret_values
 from .result import RunResult
 from .spawn import make_root
-from .tracing import content_capture_enabled
+from .tracing import content_capture_enabled, flush_tracer_provider
 
 __all__ = ["RunHandle", "open_run", "run", "run_sync"]
 
@@ -125,6 +125,7 @@ async def open_run(
     :class:`~orchestrator.context.ContextPolicy`. Raises
     :class:`~orchestrator.errors.ConfigurationError` before any model call if the tree cannot run.
     """
+    stack = AsyncExitStack()  # closes the run's clients
     state, root = _prepare(
         agent,
         prompt,
@@ -137,9 +138,8 @@ async def open_run(
         event_buffer,
         run_id,
         context,
+        ClientPool(stack),
     )
-    stack = AsyncExitStack()
-    state.clients = ClientPool(stack)
     handle = RunHandle(state, root)
     try:
         async with trio.open_nursery() as nursery:
@@ -179,8 +179,9 @@ def _prepare(
     history: Sequence[Message] | None,
     tracer_provider: trace.TracerProvider | None,
     event_buffer: int,
-    run_id: str | None = None,
-    context: ContextPolicy | None = None,
+    run_id: str | None,
+    context: ContextPolicy | None,
+    clients: ClientPool,
 ) -> tuple[RunState, AgentNode]:
     if not isinstance(agent, Agent):
         raise ConfigurationError(f"run() needs an Agent, got {type(agent).__name__}")
@@ -190,7 +191,8 @@ def _prepare(
         raise ConfigurationError(f"limits must be a Limits, got {limits!r}")
     if policy is not None and not isinstance(policy, Policy):
         raise ConfigurationError(f"policy must be a Policy, got {policy!r}")
-    problem = transcript_problem(list(history or ()))
+    messages = list(history or ())
+    problem = transcript_problem(messages)
     if problem is not None:
         raise ConfigurationError(f"message_history cannot be continued: {problem}")
     tree = AgentTree(agent, run_limits=limits)
@@ -203,17 +205,14 @@ def _prepare(
         deps=deps,
         events=EventSink(event_buffer),
         tracer=spans.get_tracer(tracer_provider) if spans.tracing_live(tracer_provider) else None,
-        clients=ClientPool(AsyncExitStack()),
+        clients=clients,
         thread_limiter=trio.CapacityLimiter(32),
         context=context,
         capture=content_capture_enabled(),
         secrets=secret_values(),
     )
-    # models are resolved once per agent (a bad model string fails here, before any call)
-    state.models = {
-        a.name: resolve_model(a.model) for a in tree.by_name.values() if a.model is not None
-    }
-    root = make_root(state, agent, prompt, list(history or ()))
+    state.models = tree.models()  # once per agent, before any call
+    root = make_root(state, agent, prompt, messages)
     return state, root
 
 
@@ -264,8 +263,6 @@ def run_sync(
     context: ContextPolicy | None = None,
 ) -> RunResult:
     """:func:`run` under ``trio.run``, then a bounded flush of the tracer provider's spans."""
-    from .tracing import flush_tracer_provider
-
     result = trio.run(
         partial(
             run,
