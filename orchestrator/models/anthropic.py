@@ -57,7 +57,7 @@ from ..messages import (
     ThinkingBlock,
     ToolUseBlock,
     Usage,
-    to_wire,
+    message_to_wire,
 )
 from ..redact import REDACTED, redact
 from .base import ModelContext, ModelRequest, ModelResponse
@@ -88,7 +88,6 @@ list and its deprecation table."""
 DEFAULT_BASE_URL: Final = "https://api.anthropic.com"
 
 _EPHEMERAL: Final[Mapping[str, str]] = MappingProxyType({"type": "ephemeral"})
-_MAX_MESSAGE_BREAKPOINTS: Final = 2  # + tools + system = the API's limit of 4
 _BACKOFF_INITIAL: Final = 0.5
 _BACKOFF_MAX: Final = 8.0
 _DETAIL_MAX_CHARS: Final = 300
@@ -811,21 +810,16 @@ class AnthropicModel:
 def _messages_with_breakpoints(messages: Sequence[Message]) -> list[dict[str, Any]]:
     """Messages as wire dicts, with ``cache_control`` on the last cacheable block of the last
     message and of the newest user message before it."""
-    wire: list[dict[str, Any]] = [
-        {"role": m.role, "content": [to_wire(b) for b in m.content]} for m in messages
-    ]
-    marked = 0
+    wire = [message_to_wire(m) for m in messages]
+    # two message breakpoints; with the tools' and the system's, the API's limit of four
     targets = [len(wire) - 1]
     targets += [i for i in range(len(wire) - 2, -1, -1) if wire[i]["role"] == "user"][:1]
     for i in targets:
-        if marked >= _MAX_MESSAGE_BREAKPOINTS:
-            break
         content: list[dict[str, Any]] = wire[i]["content"]
         for block in reversed(content):
             # The API refuses cache_control on thinking blocks and on empty text.
             if block["type"] == "thinking" or (block["type"] == "text" and not block["text"]):
                 continue
             block["cache_control"] = dict(_EPHEMERAL)
-            marked += 1
             break
     return wire

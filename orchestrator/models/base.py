@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import trio
 
@@ -27,8 +27,6 @@ __all__ = [
     "ModelResponse",
     "ToolSpec",
 ]
-
-T = TypeVar("T")
 
 
 @quick_init

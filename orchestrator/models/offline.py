@@ -378,7 +378,7 @@ class OfflineModel:
         tools = {t.name: t for t in request.tools}
         messages = request.messages
         task = _first_user_text(messages)
-        turn = sum(1 for m in messages if m.role == "assistant")
+        turn = request.turn_index()
         previous = _last_assistant(messages)
         results = _results_of(messages)
         if previous is None or not previous.tool_uses:

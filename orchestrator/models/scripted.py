@@ -7,6 +7,7 @@ definition always get the same answers, whatever order the scheduler runs them i
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeAlias
@@ -168,19 +169,7 @@ class FunctionModel:
             step = await step
         resp = _finish(step, request, self._name)
         if self._prices and resp.usage.cost_usd == 0:
-            u = resp.usage
-            resp = ModelResponse(
-                resp.content,
-                resp.stop_reason,
-                Usage(
-                    u.input_tokens,
-                    u.output_tokens,
-                    u.cache_read_tokens,
-                    u.cache_write_tokens,
-                    self._prices(u),
-                    u.requests,
-                ),
-                resp.model,
-                resp.id,
+            resp = dataclasses.replace(
+                resp, usage=dataclasses.replace(resp.usage, cost_usd=self._prices(resp.usage))
             )
         return resp
