@@ -42,10 +42,11 @@ import sys
 import sysconfig
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from types import TracebackType
+from typing import TypeVar
 
 from .corpus_sources import (
     FOLDER_SUFFIXES,
@@ -58,15 +59,17 @@ from .errors import OrchestratorError
 
 __all__ = ["Corpus", "CorpusError", "Document", "RefreshStats", "SearchHit"]
 
+T = TypeVar("T")
+
 _SCHEMA_VERSION = 2  # bump when the schema or the way documents are split changes: forces a rebuild
 _APPLICATION_ID = 0x4F524350  # "ORCP": marks a SQLite file as ours before we write to it
 _TITLE_WEIGHT, _BODY_WEIGHT = 8.0, 1.0
 _MAX_LIMIT = 50
-_PER_DOC = 2  # hits from one document before others get a turn
+PER_DOC = 2  # hits from one document before others get a turn
 _FTS5_PROBE = "CREATE VIRTUAL TABLE temp.fts5_probe USING fts5(x)"
 
 # fmt: off
-_STOPWORDS = frozenset({
+STOPWORDS = frozenset({
     "a", "an", "and", "are", "as", "at", "be", "but", "by", "can", "do", "does", "for", "from",
     "has", "have", "how", "i", "if", "in", "into", "is", "it", "its", "of", "on", "or", "so",
     "than", "that", "the", "their", "then", "there", "these", "this", "to", "was", "were", "what",
@@ -352,17 +355,11 @@ class Corpus:
         limit = min(limit, _MAX_LIMIT)
         with self._lock:
             rows = self._conn.execute(sql, (expression, rank, limit * 4 + 10)).fetchall()
-        kept: list[tuple[str, str, str, float]] = []
-        spare: list[tuple[str, str, str, float]] = []
-        per_doc: dict[str, int] = {}
-        for hit_id, doc, title, snip, score in rows:
-            seen = per_doc.get(doc, 0)
-            per_doc[doc] = seen + 1
-            (kept if seen < _PER_DOC else spare).append((hit_id, title, snip, score))
-        chosen = sorted(kept[:limit] + spare[: max(0, limit - len(kept))], key=lambda r: r[3])
+        kept, spare = spread_per_doc(rows, lambda row: row[1])
+        chosen = sorted(kept[:limit] + spare[: max(0, limit - len(kept))], key=lambda r: r[4])
         return [
             SearchHit(id=hit_id, title=title, snippet=_one_line(snip), score=round(-score, 4))
-            for hit_id, title, snip, score in chosen
+            for hit_id, _, title, snip, score in chosen
         ]
 
     def read(self, doc_id: str, *, max_chars: int | None = None) -> Document:
@@ -576,14 +573,28 @@ def _fts_query(text: str) -> str | None:
     words = [word.lower() for word in _WORD.findall(text)][:64]
     if not words:
         return None
-    terms = [word for word in words if word not in _STOPWORDS] or words
+    terms = [word for word in words if word not in STOPWORDS] or words
     pairs = [
         f"{a} {b}"
         for a, b in itertools.pairwise(words)
-        if a != b and not (a in _STOPWORDS and b in _STOPWORDS) and not {a, b} & _ARTICLES
+        if a != b and not (a in STOPWORDS and b in STOPWORDS) and not {a, b} & _ARTICLES
     ]
     unique = list(dict.fromkeys(terms))[:24] + list(dict.fromkeys(pairs))[:12]
     return " OR ".join(f'"{term}"' for term in unique)
+
+
+def spread_per_doc(items: Iterable[T], doc_of: Callable[[T], str]) -> tuple[list[T], list[T]]:
+    """``items`` split, in order, into the first :data:`PER_DOC` of each document and the rest,
+    so one long document cannot take every place while others match too."""
+    kept: list[T] = []
+    spare: list[T] = []
+    per_doc: dict[str, int] = {}
+    for item in items:
+        doc = doc_of(item)
+        seen = per_doc.get(doc, 0)
+        per_doc[doc] = seen + 1
+        (kept if seen < PER_DOC else spare).append(item)
+    return kept, spare
 
 
 def _one_line(text: str) -> str:

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from .corpus import Corpus, CorpusError, SearchHit
+from .corpus import STOPWORDS, Corpus, CorpusError, SearchHit, spread_per_doc
 from .errors import ToolError
 from .tools import Tool, tool
 from .words import fold
@@ -36,17 +36,8 @@ CORPUS_ENV = "ORCHESTRATOR_CORPUS"
 READ_CHARS = 6000
 #: Candidates fetched per requested hit before re-ranking by title words.
 POOL_FACTOR = 4
-PER_DOC = 2
 
 _TERM = re.compile(r"[A-Za-z0-9]+")
-# fmt: off
-_STOPWORDS = frozenset({
-    "a", "an", "and", "are", "as", "at", "be", "but", "by", "can", "do", "does", "for", "from",
-    "has", "have", "how", "i", "if", "in", "into", "is", "it", "its", "of", "on", "or", "so",
-    "than", "that", "the", "their", "then", "there", "these", "this", "to", "was", "were", "what",
-    "when", "where", "which", "who", "why", "will", "with", "you", "your",
-})
-# fmt: on
 
 
 def corpus_tools(root: Path | str | None = None, *, index_path: Path | None = None) -> list[Tool]:
@@ -108,7 +99,7 @@ def _terms(text: str) -> list[str]:
 def rerank(query: str, hits: Sequence[SearchHit], limit: int) -> list[SearchHit]:
     """The best ``limit`` of ``hits`` (BM25-ranked) once titles that hold the query's words as
     written are preferred (see the module doc); ties keep the BM25 order."""
-    words = [w for w in _terms(query) if w not in _STOPWORDS] or _terms(query)
+    words = [w for w in _terms(query) if w not in STOPWORDS] or _terms(query)
     scored = []
     for order, hit in enumerate(hits):
         _, _, name = hit.id.partition(":")  # "stdlib:json#loads" -> "json#loads"
@@ -116,11 +107,5 @@ def rerank(query: str, hits: Sequence[SearchHit], limit: int) -> list[SearchHit]
         share = sum(w in in_title for w in words) / len(words) if words else 0.0
         scored.append((-hit.score * (1 + share), order, hit))
     scored.sort(key=lambda s: (s[0], s[1]))
-    kept: list[SearchHit] = []
-    spare: list[SearchHit] = []
-    per_doc: dict[str, int] = {}
-    for _, _, hit in scored:
-        doc = hit.id.split("#", 1)[0]
-        per_doc[doc] = per_doc.get(doc, 0) + 1
-        (kept if per_doc[doc] <= PER_DOC else spare).append(hit)
+    kept, spare = spread_per_doc((hit for _, _, hit in scored), lambda h: h.id.split("#", 1)[0])
     return (kept + spare)[:limit]
