@@ -343,23 +343,31 @@ class Corpus:
         expression = _fts_query(query)
         if expression is None:
             return []
-        # Rank inside FTS5 (its ORDER BY rank path computes snippets only for the rows kept),
-        # then join the ids; fetch extra rows so one long document cannot fill every slot.
-        sql = (
-            "SELECT s.id, s.doc, s.title, f.snip, f.rank FROM ("
-            "  SELECT rowid, snippet(fts, 1, '**', '**', ' … ', 24) AS snip, rank FROM fts"
-            "  WHERE fts MATCH ? AND rank MATCH ? ORDER BY rank LIMIT ?"
+        # Rank inside FTS5 and join the ids, fetching extra rows so one long document cannot
+        # fill every slot; snippets (the costly part) only for the rows finally chosen.
+        ranked_sql = (
+            "SELECT s.n, s.id, s.doc, s.title, f.rank FROM ("
+            "  SELECT rowid, rank FROM fts WHERE fts MATCH ? AND rank MATCH ? ORDER BY rank LIMIT ?"
             ") AS f JOIN sections AS s ON s.n = f.rowid ORDER BY f.rank"
         )
         rank = f"bm25({_TITLE_WEIGHT}, {_BODY_WEIGHT})"
         limit = min(limit, _MAX_LIMIT)
         with self._lock:
-            rows = self._conn.execute(sql, (expression, rank, limit * 4 + 10)).fetchall()
-        kept, spare = spread_per_doc(rows, lambda row: row[1])
-        chosen = sorted(kept[:limit] + spare[: max(0, limit - len(kept))], key=lambda r: r[4])
+            rows = self._conn.execute(ranked_sql, (expression, rank, limit * 4 + 10)).fetchall()
+            kept, spare = spread_per_doc(rows, lambda row: row[2])
+            chosen = sorted(kept[:limit] + spare[: max(0, limit - len(kept))], key=lambda r: r[4])
+            snippets = dict(
+                self._conn.execute(
+                    "SELECT rowid, snippet(fts, 1, '**', '**', ' … ', 24) FROM fts "
+                    f"WHERE fts MATCH ? AND rowid IN ({','.join('?' * len(chosen))})",
+                    (expression, *(row[0] for row in chosen)),
+                ).fetchall()
+            )
         return [
-            SearchHit(id=hit_id, title=title, snippet=_one_line(snip), score=round(-score, 4))
-            for hit_id, _, title, snip, score in chosen
+            SearchHit(
+                id=hit_id, title=title, snippet=_one_line(snippets[n]), score=round(-score, 4)
+            )
+            for n, hit_id, _, title, score in chosen
         ]
 
     def read(self, doc_id: str, *, max_chars: int | None = None) -> Document:
