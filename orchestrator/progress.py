@@ -38,14 +38,10 @@ _STYLE = {"running": "yellow", "done": "green", "failed": "red", "waiting": "dim
 
 @dataclass
 class _AgentRow:
-    name: str
-    depth: int
-    parent: str | None
     state: str = "waiting"
     step: str = "starting"
     turns: int = 0
     tokens: int = 0
-    status: str = ""
     tools_running: dict[str, str] = field(default_factory=dict)
     """Tool name by call id: two parallel calls of one tool are two entries."""
 
@@ -61,7 +57,7 @@ class _Board:
     def apply(self, event: Event) -> str | None:
         """Update the board; return a one-line description for plain output (or None)."""
         if isinstance(event, AgentStarted):
-            self.rows[event.path] = _AgentRow(event.name, event.depth, event.parent_path)
+            self.rows[event.path] = _AgentRow()
             self.children.setdefault(event.parent_path, []).append(event.path)
             return f"start  {event.path}: {event.task[:80]!r}"
         row = self.rows.get(event.path)
@@ -74,19 +70,14 @@ class _Board:
             return None
         if isinstance(event, ToolStarted):
             row.tools_running[event.call_id] = event.tool
-            row.step = "running " + ", ".join(sorted(set(row.tools_running.values())))
+            row.step = _running(row)
             return f"tool   {event.path}: {event.tool}"
         if isinstance(event, ToolFinished):
             row.tools_running.pop(event.call_id, None)
-            row.step = (
-                ("running " + ", ".join(sorted(set(row.tools_running.values()))))
-                if row.tools_running
-                else "tools done"
-            )
+            row.step = _running(row) if row.tools_running else "tools done"
             return None
         if isinstance(event, AgentFinished):
             row.state = "done" if event.status == "completed" else "failed"
-            row.status = event.status
             row.step = (
                 event.status if event.error is None else f"{event.status}: {event.error[:60]}"
             )
@@ -118,6 +109,10 @@ class _Board:
         children = sorted(self.children.get(path, []), key=_spawn_key)
         for child_path in children:
             self._add(node, child_path)
+
+
+def _running(row: _AgentRow) -> str:
+    return "running " + ", ".join(sorted(set(row.tools_running.values())))
 
 
 def _spawn_key(path: str) -> tuple[str, int]:
