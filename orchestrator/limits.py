@@ -67,13 +67,13 @@ class Limits:
             if f.name in _FLOAT_FIELDS:
                 if isinstance(value, bool) or not isinstance(value, int | float):
                     raise ConfigurationError(f"Limits.{f.name} must be a number, got {value!r}")
-            elif isinstance(value, bool) or not isinstance(value, int):
-                raise ConfigurationError(f"Limits.{f.name} must be an integer, got {value!r}")
-            floor = 0 if f.name == "max_depth" else 1
-            if f.name in ("timeout", "tool_timeout", "cost_budget_usd"):
                 if not value > 0 or math.isnan(value):
                     raise ConfigurationError(f"Limits.{f.name} must be > 0, got {value!r}")
-            elif value < floor:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigurationError(f"Limits.{f.name} must be an integer, got {value!r}")
+            floor = 0 if f.name == "max_depth" else 1
+            if value < floor:
                 raise ConfigurationError(f"Limits.{f.name} must be >= {floor}, got {value!r}")
 
     def fill(self, other: Limits | None) -> Limits:

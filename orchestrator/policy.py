@@ -104,7 +104,7 @@ class Policy:
         for name in {*self.rules, *stricter_of.rules}:
             a, b = self.decide(name), stricter_of.decide(name)
             rules[name] = (a if a.strictness >= b.strictness else b).value
-        da, db = Decision(self.default), Decision(stricter_of.default)
+        da, db = self._default, stricter_of._default
         default: RuleValue = (da if da.strictness >= db.strictness else db).value
         combined = Policy(rules, default, self.approver or stricter_of.approver)
         approvers: list[Approver] = []
