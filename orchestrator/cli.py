@@ -207,7 +207,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     run_id = uuid.uuid4().hex
     runs_dir = Path(args.runs_dir)
     try:
-        setup = configure_tracing(runs_dir=runs_dir, run_file=runs_dir / f"{run_id}.jsonl")
+        setup = configure_tracing(run_file=runs_dir / f"{run_id}.jsonl")
     except ConfigurationError as exc:  # e.g. an OTEL_* variable with a value we cannot use
         raise UsageError(f"tracing: {exc}") from None
     quiet = args.quiet or args.json
