@@ -744,7 +744,31 @@ async def _generate(
     try:
         await node.limiters.acquire()
         try:
-            response = await _request(node, run, request, ctx)
+            # the call in this frame, not a helper's: every agent waits here, and each frame
+            # on a waiting agent's stack is passed through twice per wait and walked by the GC
+            with spans.span(
+                run.tracer,
+                f"chat {model.name}",
+                SpanKind.CLIENT,
+                partial(
+                    spans.chat_request_attributes,
+                    model.name,
+                    model.provider,
+                    request,
+                    run.run_id,
+                    run.capture,
+                )
+                if run.tracer
+                else None,
+            ) as s:
+                response: ModelResponse | None
+                try:
+                    answered = await checkpointed(model.request(request, ctx))
+                except Exception as exc:
+                    response = _failed_call(node, run, s, exc)
+                else:
+                    spans.record_chat_response(s, answered, run.capture)
+                    response = answered
         finally:
             node.limiters.release()
         usage = Usage() if response is None else response.usage  # CONTEXT_FULL's is zero
@@ -764,42 +788,21 @@ async def _generate(
     return response
 
 
-async def _request(
-    node: AgentNode, run: RunState, request: ModelRequest, ctx: ModelContext
-) -> ModelResponse | None:
-    """The model call itself, in its span; a failed call ends the agent (or the run)."""
-    model = node.model
-    with spans.span(
-        run.tracer,
-        f"chat {model.name}",
-        SpanKind.CLIENT,
-        partial(
-            spans.chat_request_attributes,
-            model.name,
-            model.provider,
-            request,
-            run.run_id,
-            run.capture,
-        )
-        if run.tracer
-        else None,
-    ) as s:
-        try:
-            response = await checkpointed(model.request(request, ctx))
-        except ModelError as exc:
-            spans.record_outcome(s, exc.kind, str(exc))
-            if exc.kind == "context_exceeded":
-                return CONTEXT_FULL
-            if exc.fatal:
-                run.fail(redact(str(exc)))
-            node.finish(RunStatus.ERROR, str(exc))
-            return None
-        except Exception as exc:  # a model adapter or FunctionModel bug: end this agent
-            spans.record_outcome(s, type(exc).__name__, describe_exception(exc))
-            node.finish(RunStatus.ERROR, f"model call raised {describe_exception(exc)}")
-            return None
-        spans.record_chat_response(s, response, run.capture)
-        return response
+def _failed_call(node: AgentNode, run: RunState, s: Any, exc: Exception) -> ModelResponse | None:
+    """A model call raised: :data:`CONTEXT_FULL` for "input too long", else end the agent (or
+    the whole run, for a fatal provider error) and return ``None``."""
+    if isinstance(exc, ModelError):
+        spans.record_outcome(s, exc.kind, str(exc))
+        if exc.kind == "context_exceeded":
+            return CONTEXT_FULL
+        if exc.fatal:
+            run.fail(redact(str(exc)))
+        node.finish(RunStatus.ERROR, str(exc))
+        return None
+    # a model adapter or FunctionModel bug: end this agent
+    spans.record_outcome(s, type(exc).__name__, describe_exception(exc))
+    node.finish(RunStatus.ERROR, f"model call raised {describe_exception(exc)}")
+    return None
 
 
 def _model_context(run: RunState, node: AgentNode) -> ModelContext:

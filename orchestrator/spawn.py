@@ -18,7 +18,6 @@ from functools import partial
 from typing import Literal
 
 import trio
-from opentelemetry.trace import Span
 
 from . import spans
 from .agent import Agent
@@ -264,9 +263,25 @@ def build_spawn_tool(subagents: tuple[Agent, ...]) -> Tool:
     async def spawn_subagent(
         ctx: ToolContext, agent: str, task: str, tools: list[str] | None = None
     ) -> str:
+        # the child's loop runs in this frame (not a helper's): one frame less at its waits
         run, parent, key, span = ctx._runtime
-        return await run_child(
-            run, parent, run.tree.by_name[agent], task, tools, key, ctx.tool_call_id, span
+        child = make_child(run, parent, run.tree.by_name[agent], task, tools, key, ctx.tool_call_id)
+        try:
+            await run_agent(child, run)
+        finally:
+            if span.is_recording():  # the spawn span carries its subtree's roll-up
+                span.set_attributes(
+                    spans.usage_attributes("orchestrator.usage", child.subtree_usage())
+                )
+                span.set_attribute("orchestrator.spawn.agent_path", child.path)
+                span.set_attribute(
+                    "orchestrator.spawn.outcome", (child.status or RunStatus.ERROR).value
+                )
+        if child.status is RunStatus.COMPLETED:
+            return child.output
+        raise ToolError(
+            f"subagent {child.path} ended with status "
+            f"{child.status.value if child.status else 'error'}: {child.error}. {summarize(child)}"
         )
 
     spawn_subagent.__annotations__ = {
@@ -302,35 +317,6 @@ def build_spawn_tool(subagents: tuple[Agent, ...]) -> Tool:
     props["agent"]["enum"] = list(names)
     props["agent"]["type"] = "string"
     return t
-
-
-async def run_child(
-    run: RunState,
-    parent: AgentNode,
-    agent: Agent,
-    task: str,
-    tool_names: list[str] | None,
-    key: tuple[int, int],
-    call_id: str,
-    span: Span,
-) -> str:
-    """Start a child, run it to its end, and return its answer (or raise ToolError)."""
-    child = make_child(run, parent, agent, task, tool_names, key, call_id)
-    try:
-        await run_agent(child, run)
-    finally:
-        if span.is_recording():  # the spawn span carries its subtree's roll-up, like agent spans
-            span.set_attributes(spans.usage_attributes("orchestrator.usage", child.subtree_usage()))
-            span.set_attribute("orchestrator.spawn.agent_path", child.path)
-            span.set_attribute(
-                "orchestrator.spawn.outcome", (child.status or RunStatus.ERROR).value
-            )
-    if child.status is RunStatus.COMPLETED:
-        return child.output
-    raise ToolError(
-        f"subagent {child.path} ended with status {child.status.value if child.status else 'error'}: "
-        f"{child.error}. {summarize(child)}"
-    )
 
 
 def summarize(node: AgentNode) -> str:

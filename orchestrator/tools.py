@@ -349,26 +349,40 @@ async def execute(
     except pydantic.ValidationError as exc:
         return error_result(call.id, describe_validation_error(t, exc), rt.secrets)
     args = (ctx,) if t.takes_context else ()
+    if t.runtime_tool:
+        # spawn_subagent, awaited here and not in _attempt: a child's whole loop runs under
+        # this call, and every frame less is one less to pass through at each of its waits.
+        # No timeout or retries (the child has its own bounds); a bug in it propagates.
+        try:
+            value = await t.fn(*args, **kwargs)
+        except ToolError as exc:
+            return error_result(call.id, describe_exception(exc, with_type=False), rt.secrets)
+        return _value_result(t, call, value, rt)
     attempt = 0
     while True:
         message = await _attempt(t, args, kwargs, rt)
         if isinstance(message, _Ok):
-            try:
-                text = redact(to_content(message.value), rt.secrets)
-            except Exception as exc:  # a value whose str() or JSON form raises
-                return error_result(
-                    call.id,
-                    f"tool {t.name!r} returned a {type(message.value).__name__} that cannot be "
-                    f"shown as text ({describe_exception(exc)}); return a string or JSON data",
-                    rt.secrets,
-                )
-            return ToolResultBlock(call.id, cap(text, rt.max_result_chars))
+            return _value_result(t, call, message.value, rt)
         if attempt >= t.max_retries:
             if attempt:
                 message = f"{message} (failed after {attempt + 1} attempts)"
             return error_result(call.id, message, rt.secrets)
         await trio.sleep(min(0.25 * 2**attempt, 4.0) * (0.5 + random.random()))
         attempt += 1
+
+
+def _value_result(t: Tool, call: ToolUseBlock, value: Any, rt: ToolRuntime) -> ToolResultBlock:
+    """A tool's return value as its result: shown as text, redacted, capped."""
+    try:
+        text = redact(to_content(value), rt.secrets)
+    except Exception as exc:  # a value whose str() or JSON form raises
+        return error_result(
+            call.id,
+            f"tool {t.name!r} returned a {type(value).__name__} that cannot be "
+            f"shown as text ({describe_exception(exc)}); return a string or JSON data",
+            rt.secrets,
+        )
+    return ToolResultBlock(call.id, cap(text, rt.max_result_chars))
 
 
 class _SeenLimiter:
@@ -400,8 +414,6 @@ async def _attempt(
     timeout = rt.timeout
     limiter: _SeenLimiter | None = None
     try:
-        if t.runtime_tool:  # spawn_subagent: no timeout, the child has its own bounds
-            return _Ok(await t.fn(*args, **kwargs))
         with trio.move_on_after(timeout) if timeout < math.inf else contextlib.nullcontext():
             if t.is_async:
                 return _Ok(await t.fn(*args, **kwargs))
@@ -423,8 +435,6 @@ async def _attempt(
     except ToolError as exc:
         return describe_exception(exc, with_type=False)
     except Exception as exc:
-        if t.runtime_tool:  # an exception from the runtime's own tool is a bug: let it show
-            raise
         return (
             f"tool {t.name!r} raised {describe_exception(exc)}. "
             "Check the arguments, or try a different approach."
