@@ -19,6 +19,7 @@ import time
 import typing
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -567,6 +568,38 @@ async def test_base_url_from_environment_and_client_closed_at_exit(
         assert len(created) == 2  # one per (base URL, key), shared across model names
         assert not any(c.sdk.is_closed() for c in created)
     assert all(c.sdk.is_closed() for c in created)
+
+
+
+async def test_clients_of_separate_runs_share_one_tls_context(
+    server: FakeMessagesServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Building a TLS context (loading the CA bundle) was most of the cost of opening a client,
+    paid by every run; it is built once per process, and again only if the variables choosing
+    the CA bundle change."""
+    server.responder = lambda body: text("ok")
+
+    async def tls_context_of_a_new_run() -> Any:
+        opened: list[Any] = []
+
+        class RecordingPool(ClientPool):
+            async def get(self, key: Any, factory: Callable[[], Any]) -> Any:
+                client = await super().get(key, factory)
+                opened.append(client)
+                return client
+
+        async with AsyncExitStack() as stack:  # one pool per run, as run() makes
+            await model_for(server).request(make_request(), ModelContext(RecordingPool(stack)))
+        client = opened[0]
+        assert all(c is client for c in opened) and client.sdk.is_closed()
+        return client.sdk._client._transport._pool._ssl_context
+
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    first = await tls_context_of_a_new_run()
+    assert await tls_context_of_a_new_run() is first
+    monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path))  # another CA directory: a new context
+    assert await tls_context_of_a_new_run() is not first
 
 
 # --------------------------------------------------------------------------------------------
