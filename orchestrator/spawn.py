@@ -85,46 +85,58 @@ def make_root(run: RunState, agent: Agent, prompt: str, history: list[Message]) 
 
 
 class SpawnBook:
-    """A parent's spawn calls numbered in call order, kept incrementally (O(1) per spawn).
+    """A parent's spawn calls numbered in call order, one turn at a time.
 
     Siblings of one turn start in whatever order the scheduler picks; numbering them from the
     transcript keeps paths deterministic (``lead/researcher#2`` is the second call for a
     researcher), and counting slots in call order decides which spawn ``max_children``
-    refuses, whatever order they start in.
+    refuses, whatever order they start in. A turn's calls are numbered when its first spawn
+    starts, by their position in the reply: tool_use ids are not trusted to be unique (a script,
+    or another provider, may use the same id again in a later turn).
     """
 
-    __slots__ = ("_source", "ordinal", "per_agent", "scanned", "slot_in_turn", "started_in_turn")
+    __slots__ = ("ordinal", "per_agent", "slot", "started_in_turn", "turn")
 
     def __init__(self) -> None:
-        self._source: list[Message] | None = None
-        self.scanned = 0
-        self.ordinal: dict[str, int] = {}
-        self.slot_in_turn: dict[str, int] = {}
+        self.turn: int | None = None
+        """The turn whose calls ``ordinal`` and ``slot`` describe."""
+        self.ordinal: dict[int, int] = {}
+        """Call position in the turn's reply -> its number among spawns of that agent."""
+        self.slot: dict[int, int] = {}
+        """Call position in the turn's reply -> its position among the turn's valid spawns."""
         self.per_agent: dict[str, int] = {}
         self.started_in_turn: dict[int, int] = {}
 
-    def scan(self, messages: list[Message], valid: Callable[[ToolUseBlock], bool]) -> None:
-        """Number the valid spawn calls of messages not seen yet (a compacted transcript
-        restarts). A call refused before starting (unknown agent, tools outside its set) takes
-        no number and no slot."""
-        if messages is not self._source:
-            self._source, self.scanned = messages, 0
-        for message in messages[self.scanned :]:
-            if message.role != "assistant":
+    def number_turn(
+        self, turn: int, messages: list[Message], valid: Callable[[ToolUseBlock], bool]
+    ) -> None:
+        """Number the valid spawn calls of ``turn``'s reply (the last message), once.
+
+        The first time, the spawns already in the transcript (a history the run continues)
+        are counted first, so new children do not take their numbers. A call refused before
+        starting (unknown agent, tools outside its set) takes no number and no slot.
+        """
+        if turn == self.turn:
+            return
+        if self.turn is None:
+            for message in messages[:-1]:
+                if message.role == "assistant":
+                    self._number(message, valid)
+        self.turn = turn
+        self.ordinal, self.slot = self._number(messages[-1], valid)
+
+    def _number(
+        self, message: Message, valid: Callable[[ToolUseBlock], bool]
+    ) -> tuple[dict[int, int], dict[int, int]]:
+        ordinal: dict[int, int] = {}
+        slot: dict[int, int] = {}
+        for index, call in enumerate(message.tool_uses):
+            if call.name != SPAWN_TOOL or not valid(call):
                 continue
-            position = 0
-            for call in message.content:
-                if not isinstance(call, ToolUseBlock) or call.name != SPAWN_TOOL:
-                    continue
-                if not valid(call):
-                    continue
-                if call.id not in self.ordinal:
-                    name = str(call.input.get("agent"))
-                    self.per_agent[name] = self.per_agent.get(name, 0) + 1
-                    self.ordinal[call.id] = self.per_agent[name]
-                    self.slot_in_turn[call.id] = position
-                position += 1
-        self.scanned = len(messages)
+            name = str(call.input.get("agent"))
+            self.per_agent[name] = ordinal[index] = self.per_agent.get(name, 0) + 1
+            slot[index] = len(slot)
+        return ordinal, slot
 
 
 def _allowed_tools(parent: AgentNode, agent: Agent) -> dict[str, Tool]:
@@ -165,9 +177,9 @@ def make_child(
     task: str,
     tool_names: list[str] | None,
     key: tuple[int, int],
-    call_id: str = "",
 ) -> AgentNode:
-    """A child node under ``parent``; raises ToolError for a refused spawn (nothing started)."""
+    """A child node under ``parent`` for the spawn call ``key`` (the parent's turn, the call's
+    position in that turn's reply); raises ToolError for a refused spawn (nothing started)."""
     base = _allowed_tools(parent, agent)
     if tool_names is not None:
         wanted = set(tool_names)
@@ -181,9 +193,10 @@ def make_child(
     limits = _per_agent_limits(agent, parent.limits)
     book = parent.spawns if isinstance(parent.spawns, SpawnBook) else SpawnBook()
     parent.spawns = book
-    book.scan(parent.messages, partial(_starts, run, parent))
-    started_earlier = len(parent.children) - book.started_in_turn.get(key[0], 0)
-    slot = started_earlier + book.slot_in_turn.get(call_id, key[1])
+    turn, position = key
+    book.number_turn(turn, parent.messages, partial(_starts, run, parent))
+    started_earlier = len(parent.children) - book.started_in_turn.get(turn, 0)
+    slot = started_earlier + book.slot.get(position, position)
     max_children = parent.limits.max_children or 0
     if slot >= max_children:
         raise ToolError(
@@ -205,7 +218,7 @@ def make_child(
     if own.max_concurrency is not None:
         limiters = Limiters((Slots(own.max_concurrency), *parent.limiters.chain))
     own_deadline = trio.current_time() + own.timeout if own.timeout is not None else math.inf
-    index = book.ordinal.get(call_id, book.per_agent.get(agent.name, 0) + 1)
+    index = book.ordinal.get(position, book.per_agent.get(agent.name, 0) + 1)
     child = AgentNode(
         agent=agent,
         path=f"{parent.path}/{agent.name}#{index}",
@@ -227,7 +240,7 @@ def make_child(
     _add_spawn_tool(child, run)
     child.append(Message.user(task))
     parent.children.append((key, child))
-    book.started_in_turn[key[0]] = book.started_in_turn.get(key[0], 0) + 1
+    book.started_in_turn[turn] = book.started_in_turn.get(turn, 0) + 1
     return child
 
 
@@ -265,7 +278,7 @@ def build_spawn_tool(subagents: tuple[Agent, ...]) -> Tool:
     ) -> str:
         # the child's loop runs in this frame (not a helper's): one frame less at its waits
         run, parent, key, span = ctx._runtime
-        child = make_child(run, parent, run.tree.by_name[agent], task, tools, key, ctx.tool_call_id)
+        child = make_child(run, parent, run.tree.by_name[agent], task, tools, key)
         try:
             await run_agent(child, run)
         finally:

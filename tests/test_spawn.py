@@ -32,6 +32,8 @@ from orchestrator import (
     ModelError,
     RunResult,
     RunStatus,
+    ToolResultBlock,
+    ToolUseBlock,
     Usage,
     run,
     tool,
@@ -851,3 +853,57 @@ def test_the_spawn_tool_is_built_once_per_set_of_definitions_and_reflects_them()
     other = build_spawn_tool((renamed,))
     assert other is not first
     assert "skims pages" in other.description and "reads pages" in first.description
+
+
+async def test_a_tool_use_id_used_again_in_a_later_turn_still_starts_a_new_number() -> None:
+    """Paths must stay unique even when a script or a provider repeats a tool_use id."""
+    worker = Agent("worker", "Work.", description="works")
+    lead = Agent("lead", "Lead.", subagents=[worker])
+    model = ScriptedModel(
+        {
+            "lead": [
+                tool_call("spawn_subagent", {"agent": "worker", "task": "a"}, id="call_0"),
+                tool_call("spawn_subagent", {"agent": "worker", "task": "b"}, id="call_0"),
+                text("done"),
+            ],
+            "worker": [text("ok")],
+        }
+    )
+    result = await run(lead, "go", model=model)
+    assert result.status is RunStatus.COMPLETED
+    assert [c.path for c in result.children] == ["lead/worker#1", "lead/worker#2"]
+    assert [c.messages[0].content[0].text for c in result.children] == ["a", "b"]
+
+
+async def test_spawns_in_a_continued_history_keep_their_numbers() -> None:
+    worker = Agent("worker", "Work.", description="works")
+    lead = Agent("lead", "Lead.", subagents=[worker])
+    earlier = [
+        Message.user("first question"),
+        Message(
+            "assistant",
+            (
+                ToolUseBlock("toolu_h1", "spawn_subagent", {"agent": "worker", "task": "old"}),
+                ToolUseBlock("toolu_h2", "spawn_subagent", {"agent": "worker", "task": "old 2"}),
+            ),
+        ),
+        Message("user", (ToolResultBlock("toolu_h1", "x"), ToolResultBlock("toolu_h2", "y"))),
+        Message.assistant("first answer"),
+    ]
+    model = ScriptedModel(
+        {
+            "lead": [
+                text("(the history's first reply)"),  # scripts count the history's replies
+                text("(the history's second reply)"),
+                [
+                    tool_call("spawn_subagent", {"agent": "worker", "task": "new"}),
+                    tool_call("spawn_subagent", {"agent": "worker", "task": "new 2"}),
+                ],
+                text("done"),
+            ],
+            "worker": [text("ok")],
+        }
+    )
+    result = await run(lead, "second question", model=model, message_history=earlier)
+    assert result.status is RunStatus.COMPLETED
+    assert [c.path for c in result.children] == ["lead/worker#3", "lead/worker#4"]
