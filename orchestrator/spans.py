@@ -241,4 +241,4 @@ def record_tool_result(s: Span, result: ToolResultBlock, capture: bool) -> None:
     else:
         record_outcome(s, "ok", None)
     if capture:
-        s.set_attribute("gen_ai.tool.call.result", redact(result.content))
+        s.set_attribute("gen_ai.tool.call.result", content_for_span(result.content))

@@ -60,7 +60,7 @@ from orchestrator import (
 )
 from orchestrator.context import ContextPolicy
 from orchestrator.messages import text_of
-from orchestrator.models import FunctionModel, response, text, tool_call
+from orchestrator.models import FunctionModel, ScriptedModel, response, text, tool_call
 from orchestrator.models.base import ModelRequest, ModelResponse
 from orchestrator.redact import REDACTED
 from orchestrator.traceview import SpanRecord, export_trace, load_trace
@@ -1007,6 +1007,31 @@ async def test_content_capture_on_with_the_standard_variable(
     )
     assert json.loads(lead_search.attributes["gen_ai.tool.call.arguments"]) == {"query": "overview"}
     assert lead_search.attributes["gen_ai.tool.call.result"] == "result for overview"
+
+
+async def test_a_captured_tool_result_is_capped_like_other_captured_content(
+    sinks: Callable[[str], Sink], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(CAPTURE, "true")
+    sink = sinks("memory")
+
+    @tool
+    async def dump() -> str:
+        """Return a long document."""
+        return "x" * 40_000
+
+    agent = Agent("reader", "You read.", tools=[dump])
+    result = await run(
+        agent,
+        "read",
+        model=ScriptedModel([tool_call("dump"), text("done")]),
+        tracer_provider=sink.provider,
+    )
+    assert result.ok
+    assert len(result.messages[2].content[0].content) == 40_000  # the model still got it all
+    (span,) = [s for s in sink.collect() if s.name == "execute_tool dump"]
+    captured = span.attributes["gen_ai.tool.call.result"]
+    assert captured.startswith("x" * 16_384) and captured.endswith("[23616 chars truncated]")
 
 
 def leaks(value: Any, secret: str) -> bool:
