@@ -17,6 +17,7 @@ The CLI entry points return exit codes and print through a ``rich`` console: :fu
 from __future__ import annotations
 
 import base64
+import glob
 import json
 import os
 import urllib.error
@@ -320,6 +321,19 @@ def list_runs(runs_dir: Path) -> list[RunSummary]:
     return runs
 
 
+def _trace_file_named(run: str, runs_dir: Path) -> Path | None:
+    """The one trace file named ``<run>.jsonl`` (or ``run`` itself) under ``runs_dir``, if any.
+
+    The CLI names trace files by run id, so a run asked for by its id is found without reading
+    every saved trace (``list_runs`` parses them all, which is slow with many large ones).
+    """
+    if not runs_dir.is_dir():
+        return None
+    name = run if run.endswith(".jsonl") else f"{run}.jsonl"
+    found = [p for p in runs_dir.rglob(glob.escape(name)) if p.is_file() and _is_trace_file(p)]
+    return found[0] if len(found) == 1 else None
+
+
 def resolve_run(run: str | None, runs_dir: Path) -> Path:
     """The trace file for ``run``: a path, a run id, a unique run-id (or file-name) prefix, or
     ``None`` for the newest run. Raises :class:`TraceNotFoundError` with the candidates when
@@ -328,6 +342,9 @@ def resolve_run(run: str | None, runs_dir: Path) -> Path:
         as_path = Path(run).expanduser()
         if as_path.is_file():
             return as_path
+        named = _trace_file_named(run, runs_dir)
+        if named is not None:
+            return named
     runs = list_runs(runs_dir)
     if not runs:
         raise TraceNotFoundError(f"no saved traces in {runs_dir}")

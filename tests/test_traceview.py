@@ -20,6 +20,7 @@ from opentelemetry.util.types import AttributeValue
 from rich.console import Console
 from support.otlp_receiver import OtlpReceiver
 
+from orchestrator import traceview
 from orchestrator.traceview import (
     SpanRecord,
     TraceFileError,
@@ -295,6 +296,27 @@ def test_resolve_run_by_prefix_path_or_newest(tmp_path: Path) -> None:
         resolve_run("zzz", tmp_path)
     with pytest.raises(TraceNotFoundError, match="no saved traces"):
         resolve_run(None, tmp_path / "empty")
+
+
+def test_a_run_named_by_its_file_is_found_without_reading_the_other_traces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_run(tmp_path / "2026-run-a.jsonl", "2026-run-a", t0=T0)
+    for i in range(5):
+        write_run(tmp_path / "old" / f"run-{i}.jsonl", f"run-{i}", t0=T0 - 10**9 * (i + 1))
+    read: list[Path] = []
+    real_load_trace = traceview.load_trace
+
+    def counting_load_trace(path: Path) -> list[SpanRecord]:
+        read.append(path)
+        return real_load_trace(path)
+
+    monkeypatch.setattr(traceview, "load_trace", counting_load_trace)
+    assert resolve_run("2026-run-a", tmp_path).name == "2026-run-a.jsonl"
+    assert resolve_run("2026-run-a.jsonl", tmp_path).name == "2026-run-a.jsonl"
+    assert read == []
+    assert resolve_run("2026-run", tmp_path).name == "2026-run-a.jsonl"  # a prefix reads them all
+    assert len(read) == 6
 
 
 # --------------------------------------------------------------------------------------------
