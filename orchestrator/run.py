@@ -37,6 +37,8 @@ from .tracing import content_capture_enabled, flush_tracer_provider
 __all__ = ["RunHandle", "open_run", "run", "run_sync"]
 
 _CLOSE_TIMEOUT = 5.0
+DEFAULT_TOOL_THREADS = 32
+"""Worker threads a run's sync tools may use at once, unless ``tool_threads`` says otherwise."""
 
 
 class RunHandle:
@@ -114,6 +116,7 @@ async def open_run(
     event_buffer: int = 4096,
     run_id: str | None = None,
     context: ContextPolicy | None = None,
+    tool_threads: int = DEFAULT_TOOL_THREADS,
 ) -> AsyncIterator[RunHandle]:
     """Start ``agent`` on ``prompt`` and yield a :class:`RunHandle`.
 
@@ -122,7 +125,9 @@ async def open_run(
     tools as ``ToolContext.deps``. ``message_history`` is prepended to the root's transcript.
     ``event_buffer=0`` turns events off. ``run_id`` names the run (a random hex id by default;
     it is ``gen_ai.conversation.id`` on every span). ``context`` overrides every agent's
-    :class:`~orchestrator.context.ContextPolicy`. Raises
+    :class:`~orchestrator.context.ContextPolicy`. ``tool_threads`` is how many worker threads
+    the run's sync tools may use at once (a timed-out sync tool keeps its thread until it
+    returns, so a run whose sync tools hang needs room for them). Raises
     :class:`~orchestrator.errors.ConfigurationError` before any model call if the tree cannot run.
     """
     stack = AsyncExitStack()  # closes the run's clients
@@ -138,6 +143,7 @@ async def open_run(
         event_buffer,
         run_id,
         context,
+        tool_threads,
         ClientPool(stack),
     )
     handle = RunHandle(state, root)
@@ -181,6 +187,7 @@ def _prepare(
     event_buffer: int,
     run_id: str | None,
     context: ContextPolicy | None,
+    tool_threads: int,
     clients: ClientPool,
 ) -> tuple[RunState, AgentNode]:
     if not isinstance(agent, Agent):
@@ -191,6 +198,8 @@ def _prepare(
         raise ConfigurationError(f"limits must be a Limits, got {limits!r}")
     if policy is not None and not isinstance(policy, Policy):
         raise ConfigurationError(f"policy must be a Policy, got {policy!r}")
+    if isinstance(tool_threads, bool) or not isinstance(tool_threads, int) or tool_threads < 1:
+        raise ConfigurationError(f"tool_threads must be an integer >= 1, got {tool_threads!r}")
     messages = list(history or ())
     problem = transcript_problem(messages)
     if problem is not None:
@@ -206,7 +215,7 @@ def _prepare(
         events=EventSink(event_buffer),
         tracer=spans.get_tracer(tracer_provider) if spans.tracing_live(tracer_provider) else None,
         clients=clients,
-        thread_limiter=trio.CapacityLimiter(32),
+        thread_limiter=trio.CapacityLimiter(tool_threads),
         context=context,
         capture=content_capture_enabled(),
         secrets=secret_values(),
@@ -228,6 +237,7 @@ async def run(
     tracer_provider: trace.TracerProvider | None = None,
     run_id: str | None = None,
     context: ContextPolicy | None = None,
+    tool_threads: int = DEFAULT_TOOL_THREADS,
 ) -> RunResult:
     """Run ``agent`` on ``prompt`` to its end and return the result tree.
 
@@ -245,6 +255,7 @@ async def run(
         event_buffer=0,
         run_id=run_id,
         context=context,
+        tool_threads=tool_threads,
     ) as handle:
         return await handle.result()
 
@@ -261,6 +272,7 @@ def run_sync(
     tracer_provider: trace.TracerProvider | None = None,
     run_id: str | None = None,
     context: ContextPolicy | None = None,
+    tool_threads: int = DEFAULT_TOOL_THREADS,
 ) -> RunResult:
     """:func:`run` under ``trio.run``, then a bounded flush of the tracer provider's spans."""
     result = trio.run(
@@ -276,6 +288,7 @@ def run_sync(
             tracer_provider=tracer_provider,
             run_id=run_id,
             context=context,
+            tool_threads=tool_threads,
         )
     )
     flush_tracer_provider(tracer_provider, timeout=2.0)

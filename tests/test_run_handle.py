@@ -384,6 +384,13 @@ async def test_run_without_any_model_raises_a_configuration_error_naming_the_age
         await run(Agent("plain", "x"), "hi")
 
 
+@pytest.mark.parametrize("threads", [0, -1, 2.5, True, "8"])
+async def test_tool_threads_must_be_a_positive_integer(threads: object) -> None:
+    agent = Agent("plain", "x", model=ScriptedModel([text("never")]))
+    with pytest.raises(ConfigurationError, match="tool_threads must be an integer >= 1"):
+        await run(agent, "hi", tool_threads=threads)  # type: ignore[arg-type]
+
+
 def test_run_sync_without_any_model_raises_a_configuration_error():
     with pytest.raises(ConfigurationError):
         run_sync(Agent("plain", "x"), "hi")

@@ -253,8 +253,12 @@ async def test_a_sync_tool_hanging_past_tool_timeout_is_abandoned_and_counted():
         await trio.to_thread.run_sync(finished.wait, 5)
 
 
-async def test_a_sync_tool_that_finds_every_worker_thread_busy_says_it_never_ran():
-    # 33 hanging calls at once against the run's 32 worker threads: the last never starts
+@pytest.mark.parametrize("threads", [None, 3], ids=["default-32", "tool_threads=3"])
+async def test_a_sync_tool_that_finds_every_worker_thread_busy_says_it_never_ran(
+    threads: int | None,
+):
+    # one hanging call more than the run's worker threads: the last never starts
+    pool = threads or 32
     release = threading.Event()
     finished = threading.Semaphore(0)
 
@@ -271,23 +275,24 @@ async def test_a_sync_tool_that_finds_every_worker_thread_busy_says_it_never_ran
         finally:
             finished.release()
 
-    calls = [tool_call("hang", {"i": i}) for i in range(33)]
+    calls = [tool_call("hang", {"i": i}) for i in range(pool + 1)]
     model = ScriptedModel([calls, text("gave up")])
     agent = Agent("worker", "x", model=model, tools=[hang])
+    options = {} if threads is None else {"tool_threads": threads}
     try:
-        async with open_run(agent, "go", limits=Limits(tool_timeout=0.5)) as handle:
+        async with open_run(agent, "go", limits=Limits(tool_timeout=0.5), **options) as handle:
             result = await handle.result()
         results = results_of(result)
-        assert len(results) == 33 and all(r.is_error for r in results)
+        assert len(results) == pool + 1 and all(r.is_error for r in results)
         never_ran = [r for r in results if "never ran" in r.content]
         assert len(never_ran) == 1
         assert "could not start within 0.5s" in never_ran[0].content
-        assert "all 32 worker threads" in never_ran[0].content
-        assert sum("timed out after 0.5s" in r.content for r in results) == 32
-        assert handle.abandoned_threads == 32  # the one that never got a thread is not counted
+        assert f"all {pool} worker threads" in never_ran[0].content
+        assert sum("timed out after 0.5s" in r.content for r in results) == pool
+        assert handle.abandoned_threads == pool  # the one that never got a thread is not counted
     finally:
         release.set()
-    for _ in range(32):  # every thread that started finishes before the test ends
+    for _ in range(pool):  # every thread that started finishes before the test ends
         assert await trio.to_thread.run_sync(finished.acquire, True, 5)
 
 
