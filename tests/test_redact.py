@@ -27,7 +27,10 @@ def test_key_shaped_tokens_are_redacted_in_any_case_of_their_marker() -> None:
         st.one_of(
             st.text(max_size=40),
             st.sampled_from(KEY_SHAPED),
-            st.sampled_from(["sk-", "SK-", "Bearer ", "BEARER\t", "api-key", "X-API-KEY="]),
+            st.sampled_from(
+                ["sk-", "sk-ant-", "SK-ANT-", "x-", "api-key", "X-API-KEY=", "Bearer ", "bEARER\t"]
+            ),
+            st.text(alphabet="abcdefXYZ0123456789_-=:'\" ", min_size=8, max_size=24),
         ),
         max_size=8,
     ).map("".join)
