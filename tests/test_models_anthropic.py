@@ -65,19 +65,33 @@ from orchestrator.models.base import AgentInfo, ClientPool, ModelContext, ModelR
 CANARY_KEY = "sk-ant-canary-0123456789abcdef"
 SYSTEM = "You are a careful research assistant. " * 80  # ~3,000 characters, like a real prompt
 TOOLS = (
-    ToolSpec("search", "Search the corpus.", {
-        "type": "object",
-        "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}},
-        "required": ["query"],
-    }),
-    ToolSpec("read", "Read one document.", {
-        "type": "object", "properties": {"doc_id": {"type": "string"}}, "required": ["doc_id"],
-    }),
-    ToolSpec("spawn_subagent", "Start a subagent.", {
-        "type": "object",
-        "properties": {"agent": {"type": "string"}, "task": {"type": "string"}},
-        "required": ["agent", "task"],
-    }),
+    ToolSpec(
+        "search",
+        "Search the corpus.",
+        {
+            "type": "object",
+            "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}},
+            "required": ["query"],
+        },
+    ),
+    ToolSpec(
+        "read",
+        "Read one document.",
+        {
+            "type": "object",
+            "properties": {"doc_id": {"type": "string"}},
+            "required": ["doc_id"],
+        },
+    ),
+    ToolSpec(
+        "spawn_subagent",
+        "Start a subagent.",
+        {
+            "type": "object",
+            "properties": {"agent": {"type": "string"}, "task": {"type": "string"}},
+            "required": ["agent", "task"],
+        },
+    ),
 )
 
 
@@ -88,8 +102,13 @@ TOOLS = (
 @pytest.fixture(autouse=True)
 def _env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", CANARY_KEY)
-    for name in ("ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_CUSTOM_HEADERS",
-                 "ANTHROPIC_OPEN_TELEMETRY", "ANTHROPIC_OPEN_TELEMETRY_PROPAGATION"):
+    for name in (
+        "ANTHROPIC_BASE_URL",
+        "ANTHROPIC_AUTH_TOKEN",
+        "ANTHROPIC_CUSTOM_HEADERS",
+        "ANTHROPIC_OPEN_TELEMETRY",
+        "ANTHROPIC_OPEN_TELEMETRY_PROPAGATION",
+    ):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -120,13 +139,25 @@ async def open_ctx(**hooks: Any) -> AsyncIterator[ModelContext]:
         yield ModelContext(ClientPool(stack), **hooks)
 
 
-def make_request(messages: list[Message] | None = None, *, system: str = SYSTEM,
-                 tools: tuple[ToolSpec, ...] = TOOLS, max_tokens: int = 1024) -> ModelRequest:
-    return ModelRequest(system, list(messages or [Message.user("Hello")]), list(tools), max_tokens,
-                        AgentInfo("lead", "lead", 0))
+def make_request(
+    messages: list[Message] | None = None,
+    *,
+    system: str = SYSTEM,
+    tools: tuple[ToolSpec, ...] = TOOLS,
+    max_tokens: int = 1024,
+) -> ModelRequest:
+    return ModelRequest(
+        system,
+        list(messages or [Message.user("Hello")]),
+        list(tools),
+        max_tokens,
+        AgentInfo("lead", "lead", 0),
+    )
 
 
-def model_for(server: FakeMessagesServer, name: str = DEFAULT_MODEL, **kwargs: Any) -> AnthropicModel:
+def model_for(
+    server: FakeMessagesServer, name: str = DEFAULT_MODEL, **kwargs: Any
+) -> AnthropicModel:
     return AnthropicModel(name, base_url=server.url, **kwargs)
 
 
@@ -166,8 +197,12 @@ def test_prices() -> None:
     assert price_for("claude-opus-4-5-20251101") == Price.of(5, 25)  # longest prefix wins
     assert price_for("claude-sonnet-5") == Price.of(2, 10)
     assert price_for("claude-unknown-9") == PRICES["claude-fable-5"]  # unknown: the dearest
-    usage = Usage(input_tokens=1_000_000, output_tokens=100_000, cache_read_tokens=600_000,
-                  cache_write_tokens=300_000)
+    usage = Usage(
+        input_tokens=1_000_000,
+        output_tokens=100_000,
+        cache_read_tokens=600_000,
+        cache_write_tokens=300_000,
+    )
     # 100k uncached * 2 + 300k write * 2.5 + 600k read * 0.2 + 100k out * 10, per million
     assert AnthropicModel().cost(usage) == pytest.approx(0.2 + 0.75 + 0.12 + 1.0)
     haiku = AnthropicModel(FAST_MODEL)
@@ -186,8 +221,13 @@ def test_constructor_is_cheap_and_imports_no_sdk() -> None:
         "assert 'k' * 20 not in repr(m), repr(m)\n"
         "print(m.name, m.provider)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                         cwd=os.path.dirname(os.path.dirname(__file__)))
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=os.path.dirname(os.path.dirname(__file__)),
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["claude-opus-5-5", "anthropic"]
 
@@ -198,8 +238,17 @@ def test_constructor_is_cheap_and_imports_no_sdk() -> None:
 
 async def test_text_is_streamed_and_usage_mapped(server: FakeMessagesServer) -> None:
     answer = "Trio is a friendly async library; nurseries keep tasks structured."
-    server.push(text(answer, usage={"cache_read_input_tokens": 800, "cache_creation_input_tokens": 100,
-                                    "input_tokens": 20, "output_tokens": 15}))
+    server.push(
+        text(
+            answer,
+            usage={
+                "cache_read_input_tokens": 800,
+                "cache_creation_input_tokens": 100,
+                "input_tokens": 20,
+                "output_tokens": 15,
+            },
+        )
+    )
     deltas: list[str] = []
     model = model_for(server)
     async with open_ctx(on_text_delta=deltas.append) as ctx:
@@ -210,7 +259,11 @@ async def test_text_is_streamed_and_usage_mapped(server: FakeMessagesServer) -> 
     assert result.id.startswith("msg_") and result.model == DEFAULT_MODEL
     u = result.usage
     assert (u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens) == (
-        920, 15, 800, 100)
+        920,
+        15,
+        800,
+        100,
+    )
     assert u.requests == 1
     assert u.cost_usd == pytest.approx((20 * 2 + 100 * 2.5 + 800 * 0.2 + 15 * 10) / 1e6)
     [sent] = server.requests
@@ -223,8 +276,9 @@ async def test_tool_use_is_assembled_from_json_deltas(server: FakeMessagesServer
     server.push(tool_use("search", args, id="toolu_01", preamble="Searching.", chunk_chars=3))
     starts: list[tuple[str, str]] = []
     deltas: list[str] = []
-    async with open_ctx(on_text_delta=deltas.append,
-                        on_tool_call_start=lambda i, n: starts.append((i, n))) as ctx:
+    async with open_ctx(
+        on_text_delta=deltas.append, on_tool_call_start=lambda i, n: starts.append((i, n))
+    ) as ctx:
         result = await model_for(server).request(make_request(), ctx)
     assert result.content == (TextBlock("Searching."), ToolUseBlock("toolu_01", "search", args))
     assert result.stop_reason == "tool_use"
@@ -233,13 +287,25 @@ async def test_tool_use_is_assembled_from_json_deltas(server: FakeMessagesServer
 
 
 async def test_every_stop_reason_passes_through(server: FakeMessagesServer) -> None:
-    reasons = ["end_turn", "stop_sequence", "pause_turn", "refusal",
-               "model_context_window_exceeded", "a_reason_from_the_future"]
+    reasons = [
+        "end_turn",
+        "stop_sequence",
+        "pause_turn",
+        "refusal",
+        "model_context_window_exceeded",
+        "a_reason_from_the_future",
+    ]
     for reason in reasons:
         server.push(text(f"({reason})", stop_reason=reason))
-    server.push(tool_use("search", {"query": "a long query that gets cut"}, id="toolu_cut", cut=True))
-    server.push(Reply((thinking("Let me think.", "sig-1"), {"type": "text", "text": "Done."}),
-                      stop_reason="max_tokens"))
+    server.push(
+        tool_use("search", {"query": "a long query that gets cut"}, id="toolu_cut", cut=True)
+    )
+    server.push(
+        Reply(
+            (thinking("Let me think.", "sig-1"), {"type": "text", "text": "Done."}),
+            stop_reason="max_tokens",
+        )
+    )
     model = model_for(server)
     async with open_ctx() as ctx:
         for reason in reasons:
@@ -268,7 +334,9 @@ async def test_request_layout_and_cache_breakpoints(server: FakeMessagesServer) 
     assert [t["name"] for t in body["tools"]] == ["search", "read", "spawn_subagent"]  # as given
     marked = [t["name"] for t in body["tools"] if "cache_control" in t]
     assert marked == ["spawn_subagent"]  # the last tool
-    assert body["system"] == [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
+    assert body["system"] == [
+        {"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}
+    ]
     blocks = [(i, b) for i, m in enumerate(body["messages"]) for b in m["content"]]
     marked_blocks = [(i, b["type"]) for i, b in blocks if "cache_control" in b]
     # the last message (cached for the next turn) and the previous request's last message
@@ -286,8 +354,9 @@ async def test_no_traceparent_is_sent(server: FakeMessagesServer) -> None:
             await model_for(server).request(make_request(), ctx)
             # Control: the SDK's defaults would send our trace id to the API.
             async with anthropic.AsyncAnthropic(base_url=server.url, max_retries=0) as raw:
-                await raw.messages.create(model=DEFAULT_MODEL, max_tokens=10,
-                                          messages=[{"role": "user", "content": "hi"}])
+                await raw.messages.create(
+                    model=DEFAULT_MODEL, max_tokens=10, messages=[{"role": "user", "content": "hi"}]
+                )
     ours, control = server.requests
     assert "traceparent" not in ours.headers and "tracestate" not in ours.headers
     assert "traceparent" in control.headers
@@ -302,13 +371,19 @@ def _conversation_responder(turns: int) -> Callable[[dict[str, Any]], Reply]:
         n = sum(1 for m in body["messages"] if m["role"] == "assistant")
         if n + 1 >= turns:
             return text("Final answer: trio nurseries.")
-        return tool_use("search", {"query": f"question {n}", "limit": 5}, id=f"toolu_{n:03d}",
-                        preamble=f"Looking up part {n}.")
+        return tool_use(
+            "search",
+            {"query": f"question {n}", "limit": 5},
+            id=f"toolu_{n:03d}",
+            preamble=f"Looking up part {n}.",
+        )
+
     return respond
 
 
-async def _converse(model: AnthropicModel, ctx: ModelContext, turns: int, result_chars: int,
-                    calls_per_turn: int = 1) -> list[Message]:
+async def _converse(
+    model: AnthropicModel, ctx: ModelContext, turns: int, result_chars: int, calls_per_turn: int = 1
+) -> list[Message]:
     messages = [Message.user("Survey structured concurrency in Python.")]
     for _ in range(turns):
         result = await model.request(make_request(messages), ctx)
@@ -316,9 +391,15 @@ async def _converse(model: AnthropicModel, ctx: ModelContext, turns: int, result
         calls = [b for b in result.content if isinstance(b, ToolUseBlock)]
         if not calls:
             break
-        messages.append(Message("user", tuple(
-            ToolResultBlock(c.id, f"result for {c.input['query']}: " + "x" * result_chars)
-            for c in calls)))
+        messages.append(
+            Message(
+                "user",
+                tuple(
+                    ToolResultBlock(c.id, f"result for {c.input['query']}: " + "x" * result_chars)
+                    for c in calls
+                ),
+            )
+        )
     return messages
 
 
@@ -340,7 +421,8 @@ async def test_prefix_is_byte_identical_across_turns(server: FakeMessagesServer)
         n = len(earlier["messages"])
         # Only the moving cache_control markers differ in the earlier turns.
         assert dumps(strip_cache_control(later["messages"][:n])) == dumps(
-            strip_cache_control(earlier["messages"]))
+            strip_cache_control(earlier["messages"])
+        )
     reads = [r.usage["cache_read_input_tokens"] for r in server.requests[:3] if r.usage]
     assert reads[0] == 0 and reads[1] > 0 and reads[2] > reads[1]
 
@@ -362,9 +444,11 @@ async def test_twenty_turns_read_most_input_from_cache(server: FakeMessagesServe
     all_input = sum(total(u) for u in later)
     share = read / all_input
     worst = min(u["cache_read_input_tokens"] / total(u) for u in later)
-    print(f"\n20-turn conversation: turns 2-20 read {read}/{all_input} input tokens from cache "
-          f"= {share:.1%} (worst turn {worst:.1%}; first turn wrote "
-          f"{first['cache_creation_input_tokens']})")
+    print(
+        f"\n20-turn conversation: turns 2-20 read {read}/{all_input} input tokens from cache "
+        f"= {share:.1%} (worst turn {worst:.1%}; first turn wrote "
+        f"{first['cache_creation_input_tokens']})"
+    )
     assert share >= 0.90
 
 
@@ -374,8 +458,15 @@ async def test_a_wide_turn_still_reads_the_cache(server: FakeMessagesServer) -> 
 
     def respond(body: dict[str, Any]) -> Reply:
         if len(body["messages"]) == 1:
-            calls = tuple({"type": "tool_use", "id": f"toolu_{i:02d}", "name": "search",
-                           "input": {"query": f"q{i}"}} for i in range(12))
+            calls = tuple(
+                {
+                    "type": "tool_use",
+                    "id": f"toolu_{i:02d}",
+                    "name": "search",
+                    "input": {"query": f"q{i}"},
+                }
+                for i in range(12)
+            )
             return Reply(({"type": "text", "text": "Fanning out."}, *calls), stop_reason="tool_use")
         return text("Done.")
 
@@ -384,8 +475,9 @@ async def test_a_wide_turn_still_reads_the_cache(server: FakeMessagesServer) -> 
         await _converse(model_for(server), ctx, turns=2, result_chars=100)
     first, second = (r.usage for r in server.requests)
     assert first is not None and second is not None
-    prefix = sum(first[k] for k in ("input_tokens", "cache_read_input_tokens",
-                                    "cache_creation_input_tokens"))
+    prefix = sum(
+        first[k] for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+    )
     assert second["cache_read_input_tokens"] == prefix  # the whole previous request
 
     # Without that second breakpoint, only tools and system would be read, not the first message.
@@ -402,10 +494,17 @@ async def test_a_wide_turn_still_reads_the_cache(server: FakeMessagesServer) -> 
 
 
 async def test_429_retry_after_gates_every_request_on_the_client(
-    server: FakeMessagesServer, patient_clock: trio.testing.MockClock,
+    server: FakeMessagesServer,
+    patient_clock: trio.testing.MockClock,
 ) -> None:
-    server.push(Error(429, "rate_limit_error", "Number of request tokens has exceeded your rate limit",
-                      {"retry-after": "30"}))
+    server.push(
+        Error(
+            429,
+            "rate_limit_error",
+            "Number of request tokens has exceeded your rate limit",
+            {"retry-after": "30"},
+        )
+    )
     server.responder = lambda body: text("ok")
     # Two different model objects, same endpoint and key: one client, one gate.
     lead, worker = model_for(server, timeout=None), model_for(server, FAST_MODEL, timeout=None)
@@ -431,12 +530,15 @@ async def test_429_retry_after_gates_every_request_on_the_client(
     worker_wait = times["worker"][1] - times["worker"][0]
     assert worker_wait >= 28  # a sibling that never saw the 429 waited at the gate too
     assert real < 5
-    print(f"\n429 retry-after 30 s: lead done at {times['lead'][1] - t0:.1f} s virtual, worker waited "
-          f"{worker_wait:.1f} s virtual; {real:.2f} s real")
+    print(
+        f"\n429 retry-after 30 s: lead done at {times['lead'][1] - t0:.1f} s virtual, worker waited "
+        f"{worker_wait:.1f} s virtual; {real:.2f} s real"
+    )
 
 
 async def test_a_429_that_ends_a_call_still_holds_the_gate(
-    server: FakeMessagesServer, virtual_clock: trio.testing.MockClock,
+    server: FakeMessagesServer,
+    virtual_clock: trio.testing.MockClock,
 ) -> None:
     server.push(Error(429, "rate_limit_error", "slow down", {"retry-after": "3600"}), text("ok"))
     model = model_for(server, max_retries=0, timeout=None)
@@ -451,19 +553,33 @@ async def test_a_429_that_ends_a_call_still_holds_the_gate(
         assert trio.current_time() - t0 == pytest.approx(60, abs=0.1)
 
 
-@pytest.mark.parametrize("failure", [
-    Error(529, "overloaded_error", "Overloaded"),
-    Error(500, "api_error", "Internal server error"),
-    Error(503, "api_error", "Service unavailable", {"retry-after-ms": "1500"}),
-    Drop(),
-    DropMidStream(),
-    StreamError("overloaded_error", "Overloaded"),
-    StreamError("api_error", "Internal server error"),
-    Malformed(),
-], ids=["529", "500", "503-retry-after-ms", "drop", "drop-mid-stream", "mid-stream-overloaded",
-        "mid-stream-api-error", "malformed"])
+@pytest.mark.parametrize(
+    "failure",
+    [
+        Error(529, "overloaded_error", "Overloaded"),
+        Error(500, "api_error", "Internal server error"),
+        Error(503, "api_error", "Service unavailable", {"retry-after-ms": "1500"}),
+        Drop(),
+        DropMidStream(),
+        StreamError("overloaded_error", "Overloaded"),
+        StreamError("api_error", "Internal server error"),
+        Malformed(),
+    ],
+    ids=[
+        "529",
+        "500",
+        "503-retry-after-ms",
+        "drop",
+        "drop-mid-stream",
+        "mid-stream-overloaded",
+        "mid-stream-api-error",
+        "malformed",
+    ],
+)
 async def test_transient_failures_are_retried(
-    server: FakeMessagesServer, virtual_clock: trio.testing.MockClock, failure: Any,
+    server: FakeMessagesServer,
+    virtual_clock: trio.testing.MockClock,
+    failure: Any,
 ) -> None:
     server.push(failure, text("recovered"))
     deltas: list[str] = []
@@ -474,13 +590,15 @@ async def test_transient_failures_are_retried(
     assert result.content == (TextBlock("recovered"),)
     assert len(server.requests) == 2
     assert [r.headers["x-stainless-retry-count"] for r in server.requests] == ["0", "0"]  # ours
-    assert 0.375 <= waited <= 0.5 or (isinstance(failure, Error) and failure.status == 503
-                                      and waited == pytest.approx(1.5))
+    assert 0.375 <= waited <= 0.5 or (
+        isinstance(failure, Error) and failure.status == 503 and waited == pytest.approx(1.5)
+    )
     assert "".join(deltas).endswith("recovered")
 
 
 async def test_persistent_overload_ends_with_one_line_error(
-    server: FakeMessagesServer, virtual_clock: trio.testing.MockClock,
+    server: FakeMessagesServer,
+    virtual_clock: trio.testing.MockClock,
 ) -> None:
     for _ in range(3):
         server.push(Error(529, "overloaded_error", "Overloaded\nplease retry"))
@@ -498,22 +616,31 @@ async def test_persistent_overload_ends_with_one_line_error(
     print(f"\npersistent 529: {message}")
 
 
-@pytest.mark.parametrize(("status", "etype", "kind", "hint"), [
-    (401, "authentication_error", "authentication", "ANTHROPIC_API_KEY"),
-    (403, "permission_error", "permission", "permission"),
-    (400, "invalid_request_error", "invalid_request", "max_output_tokens"),
-    (404, "not_found_error", "not_found", "claude-sonnet-5-5"),
-])
+@pytest.mark.parametrize(
+    ("status", "etype", "kind", "hint"),
+    [
+        (401, "authentication_error", "authentication", "ANTHROPIC_API_KEY"),
+        (403, "permission_error", "permission", "permission"),
+        (400, "invalid_request_error", "invalid_request", "max_output_tokens"),
+        (404, "not_found_error", "not_found", "claude-sonnet-5-5"),
+    ],
+)
 async def test_fatal_errors_are_not_retried_and_never_show_the_key(
-    server: FakeMessagesServer, status: int, etype: str, kind: str, hint: str,
+    server: FakeMessagesServer,
+    status: int,
+    etype: str,
+    kind: str,
+    hint: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # A key shaped like no known pattern, passed as an argument and absent from the environment:
     # only the adapter itself can keep it out (the server echoes it in its message).
     plain_key = "plainkey0123456789"
     monkeypatch.delenv("ANTHROPIC_API_KEY")
-    for key, model in ((CANARY_KEY, model_for(server, api_key=CANARY_KEY)),
-                       (plain_key, model_for(server, api_key=plain_key))):
+    for key, model in (
+        (CANARY_KEY, model_for(server, api_key=CANARY_KEY)),
+        (plain_key, model_for(server, api_key=plain_key)),
+    ):
         server.push(Error(status, etype, "bad request for key {api_key}"))
         async with open_ctx() as ctx:
             with pytest.raises(ModelError) as caught:
@@ -534,7 +661,8 @@ async def test_prompt_too_long_is_not_fatal(server: FakeMessagesServer) -> None:
 
 
 async def test_missing_key_is_fatal_and_says_what_to_set(
-    server: FakeMessagesServer, monkeypatch: pytest.MonkeyPatch,
+    server: FakeMessagesServer,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY")
     async with open_ctx() as ctx:
@@ -546,7 +674,8 @@ async def test_missing_key_is_fatal_and_says_what_to_set(
 
 
 async def test_base_url_from_environment_and_client_closed_at_exit(
-    server: FakeMessagesServer, monkeypatch: pytest.MonkeyPatch,
+    server: FakeMessagesServer,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
     server.responder = lambda body: text("via env")
@@ -568,7 +697,6 @@ async def test_base_url_from_environment_and_client_closed_at_exit(
         assert len(created) == 2  # one per (base URL, key), shared across model names
         assert not any(c.sdk.is_closed() for c in created)
     assert all(c.sdk.is_closed() for c in created)
-
 
 
 async def test_clients_of_separate_runs_share_one_tls_context(
@@ -608,7 +736,8 @@ async def test_clients_of_separate_runs_share_one_tls_context(
 
 @pytest.mark.parametrize("mid_stream", [False, True], ids=["mid-request", "mid-stream"])
 async def test_cancellation_is_prompt_and_leaves_the_client_usable(
-    server: FakeMessagesServer, mid_stream: bool,
+    server: FakeMessagesServer,
+    mid_stream: bool,
 ) -> None:
     server.push(Stall(10, mid_stream=mid_stream), text("next call"))
     model = model_for(server)
@@ -624,8 +753,10 @@ async def test_cancellation_is_prompt_and_leaves_the_client_usable(
         next_call = time.perf_counter() - start
     assert result.content == (TextBlock("next call"),)
     assert next_call < 1.0
-    print(f"\ncancel {'mid-stream' if mid_stream else 'mid-request'}: returned after "
-          f"{cancelled_after:.3f} s; next call on the same client {next_call * 1000:.1f} ms")
+    print(
+        f"\ncancel {'mid-stream' if mid_stream else 'mid-request'}: returned after "
+        f"{cancelled_after:.3f} s; next call on the same client {next_call * 1000:.1f} ms"
+    )
 
 
 async def test_parallel_requests_share_one_client(server: FakeMessagesServer) -> None:
