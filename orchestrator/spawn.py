@@ -112,9 +112,11 @@ class SpawnBook:
     ) -> None:
         """Number the valid spawn calls of ``turn``'s reply (the last message), once.
 
-        The first time, the spawns already in the transcript (a history the run continues)
-        are counted first, so new children do not take their numbers. A call refused before
-        starting (unknown agent, tools outside its set) takes no number and no slot.
+        Called when the turn's first spawn starts: a turn in which none starts (all refused or
+        declined) takes no numbers. The first time, the spawns already in the transcript (a
+        history the run continues) are counted first, so new children do not take their
+        numbers. A call refused before starting (unknown agent, tools outside its set) takes no
+        number and no slot.
         """
         if turn == self.turn:
             return
@@ -152,7 +154,7 @@ def _allowed_tools(parent: AgentNode, agent: Agent) -> dict[str, Tool]:
 def _starts(run: RunState, parent: AgentNode, call: ToolUseBlock) -> bool:
     """Whether a spawn call passes the checks made before a child starts (its arguments, the
     parent's subagents, the tools it may give). A call the policy refuses is not foreseen here:
-    it still takes its number."""
+    in a turn where another spawn starts, it still takes its number and its slot."""
     if not isinstance(call.input, Mapping) or not isinstance(call.input.get("task"), str):
         return False
     name = call.input.get("agent")

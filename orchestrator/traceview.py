@@ -325,10 +325,11 @@ def _trace_file_named(run: str, runs_dir: Path) -> Path | None:
     """The one trace file named ``<run>.jsonl`` (or ``run`` itself) under ``runs_dir``, if any.
 
     The CLI names trace files by run id, so a run asked for by its id is found without reading
-    every saved trace (``list_runs`` parses them all, which is slow with many large ones).
+    every saved trace (``list_runs`` parses them all, which is slow with many large ones). A
+    file so named wins over another file whose spans carry ``run`` as their run id.
     """
-    if not runs_dir.is_dir():
-        return None
+    if not runs_dir.is_dir() or Path(run).name != run or run in (".", ".."):
+        return None  # only a bare name: no absolute path, folder or ``..`` to search with
     name = run if run.endswith(".jsonl") else f"{run}.jsonl"
     found = [p for p in runs_dir.rglob(glob.escape(name)) if p.is_file() and _is_trace_file(p)]
     return found[0] if len(found) == 1 else None

@@ -319,6 +319,17 @@ def test_a_run_named_by_its_file_is_found_without_reading_the_other_traces(
     assert len(read) == 6
 
 
+def test_a_path_or_a_name_with_folders_that_matches_nothing_is_simply_not_found(
+    tmp_path: Path,
+) -> None:
+    runs = tmp_path / "runs"
+    write_run(runs / "r1.jsonl", "r1", t0=T0)
+    write_run(tmp_path / "outside.jsonl", "outside", t0=T0)
+    for missing in (str(tmp_path / "typo.jsonl"), "../outside", "sub/r1", "/r1"):
+        with pytest.raises(TraceNotFoundError, match="no saved trace matches"):
+            resolve_run(missing, runs)
+
+
 # --------------------------------------------------------------------------------------------
 # CLI entry points
 

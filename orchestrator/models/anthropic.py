@@ -223,16 +223,22 @@ class _Client:
 async def _open_client(api_key: str, base_url: str) -> AsyncIterator[_Client]:
     import anthropic
 
-    sdk = anthropic.AsyncAnthropic(
-        api_key=api_key,
-        base_url=base_url,
-        max_retries=0,
-        open_telemetry={"propagation": False, "traces": False},
-        # the SDK's own HTTP client (same defaults), with the process's one TLS context
-        http_client=anthropic.DefaultAsyncHttpxClient(
-            verify=_tls_context(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
-        ),
+    # the SDK's own HTTP client (same defaults), with the process's one TLS context
+    http = anthropic.DefaultAsyncHttpxClient(
+        verify=_tls_context(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
     )
+    try:
+        sdk = anthropic.AsyncAnthropic(
+            api_key=api_key,
+            base_url=base_url,
+            max_retries=0,
+            open_telemetry={"propagation": False, "traces": False},
+            http_client=http,
+        )
+    except BaseException:
+        with trio.move_on_after(5, shield=True):
+            await http.aclose()
+        raise
     try:
         yield _Client(sdk)
     finally:
@@ -247,7 +253,8 @@ def _tls_context(cert_file: str | None, cert_dir: str | None) -> ssl.SSLContext:
     Loading the CA bundle is most of what opening an SDK client costs (~30 ms here, against
     ~1 ms with a ready context), and every run opens its own clients: a server or a script
     making many runs paid it each time. An ``ssl.SSLContext`` is safe to share. Keyed by the
-    variables that choose the CA bundle, so changing them still takes effect.
+    variables that choose the CA bundle, so changing them still takes effect; a bundle replaced
+    in place (the same path) is read again only by a new process.
     """
     import httpx2  # the SDK's HTTP library (imported by it anyway)
 
