@@ -13,6 +13,7 @@ KEY_SHAPED = [
     "bEaReR   0123456789abcdefXYZ/+=",
     "x-api-key: 'abcdefgh12345678'",
     'x-api-key"="ABCDEFGH_1234',
+    "X-Api-Key: abcdefgh12345678",
 ]
 
 
