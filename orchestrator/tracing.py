@@ -36,8 +36,6 @@ needs them is built, so importing this module stays cheap for programs that neve
 from __future__ import annotations
 
 import atexit
-import base64
-import copy
 import json
 import logging
 import os
@@ -58,12 +56,10 @@ from opentelemetry.sdk.trace.export import (
 )
 
 from .errors import ConfigurationError
+from .otlp_json import decode_otlp_json, encode_otlp_json, encode_spans_json
 from .redact import redact
 
 if TYPE_CHECKING:
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-        ExportTraceServiceRequest,
-    )
     from opentelemetry.sdk.resources import Resource
 
 __all__ = [
@@ -97,8 +93,6 @@ _TRACES_PATH: Final = "/v1/traces"
 # Jaeger view fill in while a run is still going, at the price of smaller early batches.
 _MAX_EXPORT_BATCH: Final = 512
 _SCHEDULE_DELAY_MS: Final = 1000
-# Ids that OTLP/JSON writes as hex where protobuf's JSON mapping would write base64.
-_HEX_ID_FIELDS: Final = ("traceId", "spanId", "parentSpanId")
 
 
 # --------------------------------------------------------------------------------------------
@@ -213,66 +207,6 @@ def _selected_exporters() -> tuple[set[str], bool]:
     return names - unknown, True
 
 
-# --------------------------------------------------------------------------------------------
-# OTLP/JSON, the Collector file-exporter format.
-
-
-def _walk_ids(doc: dict[str, Any], convert: Callable[[str], str]) -> None:
-    """Apply ``convert`` to every trace/span id in an OTLP JSON document, in place.
-
-    OTLP/JSON departs from protobuf's canonical JSON mapping in exactly this: trace and span
-    ids are lowercase hex, not base64 (every other bytes field stays base64).
-    """
-    for resource_spans in doc.get("resourceSpans", ()):
-        for scope_spans in resource_spans.get("scopeSpans", ()):
-            for span in scope_spans.get("spans", ()):
-                for holder in (span, *span.get("links", ())):
-                    for field in _HEX_ID_FIELDS:
-                        value = holder.get(field)
-                        if value:
-                            holder[field] = convert(value)
-
-
-def _b64_to_hex(value: str) -> str:
-    return base64.b64decode(value).hex()
-
-
-def _hex_to_b64(value: str) -> str:
-    return base64.b64encode(bytes.fromhex(value)).decode("ascii")
-
-
-def encode_otlp_json(request: ExportTraceServiceRequest) -> str:
-    """One ``ExportTraceServiceRequest`` as one line of OTLP/JSON (no trailing newline).
-
-    Produced with protobuf's own JSON mapping (lowerCamelCase names, 64-bit integers and
-    nanosecond timestamps as strings, enums as integers, as OTLP/JSON requires), then ids
-    rewritten from base64 to hex. This is what the Collector's file exporter writes, so its
-    files and ours are interchangeable.
-    """
-    from google.protobuf import json_format  # type: ignore[import-untyped, unused-ignore]
-
-    doc = json_format.MessageToDict(request, use_integers_for_enums=True)
-    _walk_ids(doc, _b64_to_hex)
-    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
-
-
-def decode_otlp_json(line: str | dict[str, Any]) -> ExportTraceServiceRequest:
-    """The inverse of :func:`encode_otlp_json`: a protobuf request with the same ids and values.
-
-    Unknown fields are ignored so that files written by newer collectors still load.
-    """
-    from google.protobuf import json_format  # type: ignore[import-untyped, unused-ignore]
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-        ExportTraceServiceRequest,
-    )
-
-    doc: dict[str, Any] = json.loads(line) if isinstance(line, str) else copy.deepcopy(line)
-    _walk_ids(doc, _hex_to_b64)
-    request = ExportTraceServiceRequest()
-    json_format.ParseDict(doc, request, ignore_unknown_fields=True)
-    return request
-
-
 class OtlpJsonLinesExporter(SpanExporter):
     """Appends each exported batch to ``path`` as one OTLP/JSON line.
 
@@ -288,11 +222,9 @@ class OtlpJsonLinesExporter(SpanExporter):
         self._closed = False
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-
         if not spans:
             return SpanExportResult.SUCCESS
-        line = encode_otlp_json(encode_spans(spans)) + "\n"
+        line = encode_spans_json(spans) + "\n"
         with self._lock:
             if self._closed:
                 return SpanExportResult.FAILURE

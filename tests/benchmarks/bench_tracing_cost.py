@@ -13,6 +13,8 @@ difference between the configurations is what instrumentation adds:
 - ``sdk+content``: the same with message content capture on
   (``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``: transcripts JSON-encoded and
   redacted on every chat span).
+- ``sdk+file``: the SDK writing an OTLP/JSON lines trace file through
+  ``OtlpJsonLinesExporter`` (what the CLI does by default; the encoding counts)
 
 CPU is ``time.process_time()`` (user+sys of every thread, so the export thread counts) from
 the start of ``run()`` to the end of a ``force_flush()``, divided by the model calls
@@ -27,7 +29,9 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -40,7 +44,7 @@ from _common import SPAN_QUEUE, emit, machine, median, table
 from orchestrator import Agent, Limits, Usage, run, tool
 from orchestrator.models import FunctionModel, response, text, tool_call
 
-CONFIGS = ("none", "sdk", "sdk+content")
+CONFIGS = ("none", "sdk", "sdk+content", "sdk+file")
 CAPTURE = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 
 
@@ -104,7 +108,11 @@ def provider_for(config: str) -> tuple[Any, Any]:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    exporter = InMemorySpanExporter()
+    exporter: Any = InMemorySpanExporter()
+    if config == "sdk+file":  # what the CLI does by default: an OTLP/JSON lines trace file
+        from orchestrator.tracing import OtlpJsonLinesExporter
+
+        exporter = OtlpJsonLinesExporter(Path(tempfile.mkdtemp()) / "trace.jsonl")
     provider = TracerProvider()
     provider.add_span_processor(
         BatchSpanProcessor(exporter, max_queue_size=SPAN_QUEUE, max_export_batch_size=2048)
@@ -148,8 +156,14 @@ def one_run(config: str, n: int, k: int) -> dict[str, Any]:
         raise RuntimeError(f"{config}: {counter[0]} model calls, expected {expected_calls(n, k)}")
     spans = None
     if exporter is not None:
-        spans = len(exporter.get_finished_spans())
         provider.shutdown()
+        if hasattr(exporter, "get_finished_spans"):
+            spans = len(exporter.get_finished_spans())
+        else:
+            from orchestrator.traceview import load_trace
+
+            spans = len(load_trace(exporter.path))
+            shutil.rmtree(exporter.path.parent)
         if spans != expected_spans(n, k):
             raise RuntimeError(f"{config}: {spans} spans exported, expected {expected_spans(n, k)}")
     return {"cpu_s": cpu, "wall_s": wall, "calls": counter[0], "spans": spans}
