@@ -106,7 +106,7 @@ def test_every_value_type_events_links_flags_and_groups_encode_as_the_sdk_would(
     ) as root:
         root.set_attributes(
             {
-                "str": "text with \"quotes\" and ünicode",
+                "str": 'text with "quotes" and ünicode',
                 "empty": "",
                 "yes": True,
                 "no": False,
