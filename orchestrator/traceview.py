@@ -534,7 +534,6 @@ def render_trace(
     cells, or exactly ``bar_width``), then span names give way with an ellipsis. The tokens
     and cost columns appear only when some span has them.
     """
-    from rich.table import Table
     from rich.text import Text
 
     if not spans:
@@ -598,20 +597,27 @@ def render_trace(
         else:
             width = bar_width
 
-        table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold dim")
+        # Lines are laid out here rather than by a rich Table: the widths are already known,
+        # and a Table took ~0.8 ms per row (9 s for a 1,000-agent run's 13,000 spans).
         name_room = console.width - fixed - gaps - width - status_width
-        table.add_column(
-            "span", no_wrap=True, overflow="ellipsis", min_width=12, max_width=max(12, name_room)
-        )
-        table.add_column("timeline", no_wrap=True, min_width=width, max_width=width)
-        for k, header in enumerate(("duration", "tokens", "cost")):
-            if show_figure[k]:
-                table.add_column(header, justify="right", no_wrap=True, min_width=figure_widths[k])
-        table.add_column("status", no_wrap=True, overflow="ellipsis", min_width=status_width)
+        name_cells = max(12, min(name_width, name_room))
+        figures_shown = [k for k in range(3) if show_figure[k]]
+        gap = "  "
+        header = Text(style="bold dim")
+        header.append("span".ljust(name_cells) + gap + "timeline".ljust(width))
+        for k in figures_shown:
+            header.append(gap + ("duration", "tokens", "cost")[k].rjust(figure_widths[k]))
+        header.append(gap + "status")
+        lines = [header]
         for span, label, figures, status in rows:
-            shown = [f for f, on in zip(figures, show_figure, strict=True) if on]
-            table.add_row(label, _bar(span, t0, total, width), *shown, status)
-        console.print(table)
+            label.truncate(name_cells, overflow="ellipsis", pad=True)
+            line = Text.assemble(label, gap, _bar(span, t0, total, width))
+            for k in figures_shown:
+                line.append(gap + figures[k].rjust(figure_widths[k]))
+            line.append(gap)
+            line.append_text(status)
+            lines.append(line)
+        console.print(Text("\n").join(lines), no_wrap=True, crop=True, overflow="ellipsis")
         chat_in = sum(_number(s.attributes.get("gen_ai.usage.input_tokens")) or 0.0 for s in group)
         chat_out = sum(
             _number(s.attributes.get("gen_ai.usage.output_tokens")) or 0.0 for s in group
