@@ -93,6 +93,10 @@ _TRACES_PATH: Final = "/v1/traces"
 # Jaeger view fill in while a run is still going, at the price of smaller early batches.
 _MAX_EXPORT_BATCH: Final = 512
 _SCHEDULE_DELAY_MS: Final = 1000
+# A trace file or the console cannot hang like a dead collector: what is left at shutdown is
+# encoding work (~70 µs per span; a full 65,536-span queue is ~5 s), so local exporters get
+# this long to drain instead of the network export timeout.
+_LOCAL_SHUTDOWN_LIMIT: Final = 15.0
 
 
 # --------------------------------------------------------------------------------------------
@@ -514,8 +518,10 @@ class TracingSetup:
         the export timeout). Safe to call twice; also registered with :mod:`atexit`.
 
         Past the deadline, the remaining batches fail at once and in-flight requests are
-        interrupted, so exit never waits on a dead collector. Lost spans are logged as a
-        warning and stay readable in :attr:`dropped_spans` and :attr:`failed_spans`. Returns
+        interrupted, so exit never waits on a dead collector. A trace file (or the console)
+        gets at least 15 s instead: nothing there can hang, and its last batches are only
+        encoding work, which a big run's backlog can take seconds of. Lost spans are logged as
+        a warning and stay readable in :attr:`dropped_spans` and :attr:`failed_spans`. Returns
         True when everything shut down in time.
         """
         with self._shutdown_lock:
@@ -524,17 +530,23 @@ class TracingSetup:
             self._shut_down = True
         atexit.unregister(self.shutdown)
         limit = self.export_timeout if timeout is None else timeout
-        deadline = time.monotonic() + limit
+        started = time.monotonic()
+        timers: list[threading.Timer] = []
+        bounds = [0.0]
         for processor in self._processors:
-            processor.counter.give_up_at = deadline
+            # the OTLP processor comes first (a file is never used alongside it), so a slow
+            # local exporter does not eat into a live collector's time
+            bound = limit if processor.counter.kind == "otlp" else max(limit, _LOCAL_SHUTDOWN_LIMIT)
+            processor.counter.give_up_at = started + bound
+            timer = threading.Timer(bound, processor.counter.shutdown)
+            timer.daemon = True
+            timer.start()
+            timers.append(timer)
+            bounds.append(bound)
 
         def abort_exporters() -> None:
             for processor in self._processors:
                 processor.counter.shutdown()
-
-        timer = threading.Timer(limit, abort_exporters)
-        timer.daemon = True
-        timer.start()
 
         def shut() -> None:
             if self._owns_provider:
@@ -544,8 +556,9 @@ class TracingSetup:
                     # BatchSpanProcessor.shutdown is unannotated in the SDK.
                     cast(Callable[[], None], processor.shutdown)()
 
-        done = _run_bounded(shut, limit + 0.25, "trace shutdown")
-        timer.cancel()
+        done = _run_bounded(shut, max(bounds) + 0.25, "trace shutdown")
+        for timer in timers:
+            timer.cancel()
         abort_exporters()
         self._report()
         return done
