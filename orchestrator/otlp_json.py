@@ -122,8 +122,10 @@ def encode_spans_json(spans: Sequence[ReadableSpan]) -> str:
             if scope is not None and scope.schema_url:
                 entry["schemaUrl"] = scope.schema_url
             scope_spans.append(entry)
-        item: dict[str, Any] = {"resource": _with_attributes({}, resource.attributes)}
-        item["scopeSpans"] = scope_spans
+        item: dict[str, Any] = {
+            "resource": _with_attributes({}, resource.attributes),
+            "scopeSpans": scope_spans,
+        }
         if resource.schema_url:
             item["schemaUrl"] = resource.schema_url
         resource_spans.append(item)
