@@ -38,7 +38,8 @@ _HEX_ID_FIELDS: Final = ("traceId", "spanId", "parentSpanId")
 # SpanFlags: the "has is-remote" bit is always set; the "is remote" bit when the parent is.
 _FLAGS_HAS_IS_REMOTE: Final = 0x100
 _FLAGS_IS_REMOTE: Final = 0x200
-_INT64 = range(-(2**63), 2**63)
+_INT64_MIN: Final = -(2**63)
+_INT64_END: Final = 2**63
 
 
 def _walk_ids(doc: dict[str, Any], convert: Callable[[str], str]) -> None:
@@ -242,17 +243,19 @@ def _value(value: Any) -> dict[str, Any]:
     if isinstance(value, bool):
         return {"boolValue": value}
     if isinstance(value, str):
-        return {"stringValue": value}
+        return {"stringValue": str.__str__(value)}  # a (str, Enum) member's text, not its name
     if isinstance(value, int):
-        if value not in _INT64:
+        # comparisons, not ``in range(...)``: that scans the whole range for an int subclass
+        # (an IntEnum, an HTTPStatus) while holding the GIL
+        if not _INT64_MIN <= value < _INT64_END:
             raise ValueError(f"integer {value} does not fit in 64 bits")
-        return {"intValue": str(value)}
+        return {"intValue": str(int(value))}  # int(): an IntEnum's str() is its name
     if isinstance(value, float):
         if math.isnan(value):
             return {"doubleValue": "NaN"}
         if math.isinf(value):
             return {"doubleValue": "Infinity" if value > 0 else "-Infinity"}
-        return {"doubleValue": value}
+        return {"doubleValue": float(value)}
     if isinstance(value, bytes):
         return {"bytesValue": base64.b64encode(value).decode("ascii")}
     if isinstance(value, Sequence):

@@ -519,6 +519,13 @@ def _walk(
                 stack.append((kids[index], below, "└─ " if index == len(kids) - 1 else "├─ "))
 
 
+def _one_line(name: str) -> str:
+    """A span name fit for one row: control characters (a newline, a tab) shown as spaces."""
+    if name.isprintable():
+        return name
+    return "".join(ch if ch.isprintable() else " " for ch in name)
+
+
 def render_trace(
     spans: Sequence[SpanRecord], console: Console, *, bar_width: int | None = None
 ) -> None:
@@ -575,7 +582,7 @@ def render_trace(
         rows = []
         for span, guide in _walk(group, roots, children):
             label = Text(guide, style="bright_black")
-            label.append(span.name, style=_name_style(span))
+            label.append(_one_line(span.name), style=_name_style(span))
             figures = (
                 _fmt_duration(span.duration_ns),
                 _tokens_cell(span.attributes),

@@ -93,10 +93,10 @@ _TRACES_PATH: Final = "/v1/traces"
 # Jaeger view fill in while a run is still going, at the price of smaller early batches.
 _MAX_EXPORT_BATCH: Final = 512
 _SCHEDULE_DELAY_MS: Final = 1000
-# A trace file or the console cannot hang like a dead collector: what is left at shutdown is
-# encoding work (~70 µs per span; a full 65,536-span queue is ~5 s), so local exporters get
-# this long to drain instead of the network export timeout.
-_LOCAL_SHUTDOWN_LIMIT: Final = 15.0
+# What a trace file has left at shutdown is mostly encoding work (~70 µs per span; a full
+# 65,536-span queue is ~5 s), not a network that may be dead: unless the caller gives a
+# timeout, it gets this long to drain instead of the export timeout.
+_FILE_SHUTDOWN_LIMIT: Final = 15.0
 
 
 # --------------------------------------------------------------------------------------------
@@ -228,14 +228,21 @@ class OtlpJsonLinesExporter(SpanExporter):
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if not spans:
             return SpanExportResult.SUCCESS
-        line = encode_spans_json(spans) + "\n"
+        try:
+            line = (encode_spans_json(spans) + "\n").encode("utf-8")
+        except UnicodeEncodeError:
+            # a lone surrogate in some string (a file name, a model's broken escape): the
+            # protobuf path drops just that attribute, as the SDK's encoder always did
+            from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+            line = (encode_otlp_json(encode_spans(spans)) + "\n").encode("utf-8")
         with self._lock:
             if self._closed:
                 return SpanExportResult.FAILURE
             try:
                 if self._file is None:
                     self.path.parent.mkdir(parents=True, exist_ok=True)
-                    self._file = self.path.open("a", encoding="utf-8")
+                    self._file = self.path.open("ab")
                 self._file.write(line)
                 self._file.flush()
             except OSError as exc:
@@ -518,11 +525,11 @@ class TracingSetup:
         the export timeout). Safe to call twice; also registered with :mod:`atexit`.
 
         Past the deadline, the remaining batches fail at once and in-flight requests are
-        interrupted, so exit never waits on a dead collector. A trace file (or the console)
-        gets at least 15 s instead: nothing there can hang, and its last batches are only
-        encoding work, which a big run's backlog can take seconds of. Lost spans are logged as
-        a warning and stay readable in :attr:`dropped_spans` and :attr:`failed_spans`. Returns
-        True when everything shut down in time.
+        interrupted, so exit never waits on a dead collector. Without a ``timeout``, a trace
+        file gets at least 15 s instead: its last batches are encoding work, which a big run's
+        backlog can take seconds of. Lost spans are logged as a warning and stay readable in
+        :attr:`dropped_spans` and :attr:`failed_spans`. Returns True when everything shut
+        down in time.
         """
         with self._shutdown_lock:
             if self._shut_down:
@@ -534,9 +541,10 @@ class TracingSetup:
         timers: list[threading.Timer] = []
         bounds = [0.0]
         for processor in self._processors:
-            # the OTLP processor comes first (a file is never used alongside it), so a slow
-            # local exporter does not eat into a live collector's time
-            bound = limit if processor.counter.kind == "otlp" else max(limit, _LOCAL_SHUTDOWN_LIMIT)
+            # a file is never used alongside a collector, so this cannot eat into its time
+            bound = limit
+            if processor.counter.kind == "file" and timeout is None:
+                bound = max(limit, _FILE_SHUTDOWN_LIMIT)
             processor.counter.give_up_at = started + bound
             timer = threading.Timer(bound, processor.counter.shutdown)
             timer.daemon = True

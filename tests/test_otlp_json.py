@@ -3,9 +3,12 @@ protobuf's JSON printer print, on real run spans and on every shape a span can t
 
 from __future__ import annotations
 
+import enum
+import http
 import json
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -174,3 +177,57 @@ async def test_a_trace_file_written_by_the_exporter_loads_and_keeps_every_span(
     file_exporter.shutdown()
     loaded = load_trace(path)
     assert sorted(s.span_id for s in loaded) == sorted(f"{s.context.span_id:016x}" for s in spans)
+
+
+class Color(str, enum.Enum):  # noqa: UP042 - the mixin kind, whose str() is its name
+    RED = "red"
+
+
+class Level(enum.IntEnum):
+    HIGH = 3
+
+
+class Ratio(float, enum.Enum):
+    HALF = 0.5
+
+
+def test_enum_and_other_subclass_values_encode_by_their_value_and_at_once() -> None:
+    """An int subclass once sent ``x in range(-2**63, 2**63)`` into a scan of the whole range
+    with the GIL held: the export thread froze the process."""
+    provider, exporter = recording_provider()
+    with provider.get_tracer("t").start_as_current_span("s") as span:
+        span.set_attributes(
+            {
+                "status": http.HTTPStatus.OK,
+                "level": Level.HIGH,
+                "color": Color.RED,
+                "ratio": Ratio.HALF,
+                "levels": [Level.HIGH, Level.HIGH],
+            }
+        )
+    spans = exporter.get_finished_spans()
+    encoded = direct(spans)
+    assert encoded == reference(spans)
+    values = {
+        a["key"]: a["value"]
+        for a in encoded["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["attributes"]
+    }
+    assert values["status"] == {"intValue": "200"} and values["color"] == {"stringValue": "red"}
+
+
+def test_a_lone_surrogate_costs_only_its_attribute_not_the_batch(tmp_path: Path) -> None:
+    from orchestrator.tracing import configure_tracing
+
+    run_file = tmp_path / "t.jsonl"
+    setup = configure_tracing(run_file=run_file, set_global=False)
+    tracer = setup.tracer_provider.get_tracer("t")
+    for i in range(20):
+        with tracer.start_as_current_span(f"s{i}") as span:
+            span.set_attribute("kept", i)
+            if i == 10:  # e.g. a file name read with surrogateescape
+                span.set_attribute("listing", "caf\udce9.txt")
+    assert setup.shutdown()
+    assert (setup.exported_spans, setup.failed_spans) == (20, 0)
+    loaded = {s.name: s for s in load_trace(run_file)}
+    assert len(loaded) == 20
+    assert loaded["s10"].attributes == {"kept": 10}  # only the unencodable attribute is gone

@@ -6,6 +6,7 @@ file exporter) with explicit timestamps, so the waterfall positions are exact.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -243,6 +244,14 @@ def test_render_draws_orphans_and_survives_parent_cycles() -> None:
     ]
     text = "\n".join(rendered(spans))
     assert "orphan" in text and "cycle-a" in text and "cycle-b" in text
+
+
+def test_render_keeps_a_span_name_with_control_characters_on_its_row(run_file: Path) -> None:
+    spans = load_trace(run_file)
+    spans[1] = dataclasses.replace(spans[1], name="multi\nline\tname")
+    lines = rendered(spans)
+    assert len(lines) == len(rendered(load_trace(run_file)))
+    assert any("multi line name" in line for line in lines)
 
 
 def test_render_empty() -> None:

@@ -458,6 +458,19 @@ def test_a_trace_file_gets_its_whole_backlog_written_at_shutdown(tmp_path: Path)
     assert len(load_trace(run_file)) == 3_000
 
 
+def test_an_explicit_shutdown_timeout_bounds_the_trace_file_too(tmp_path: Path) -> None:
+    setup = configure_tracing(run_file=tmp_path / "t.jsonl", set_global=False)
+    tracer = setup.tracer_provider.get_tracer("t")
+    attributes = {f"a{k}": "x" * 400 for k in range(20)}
+    for i in range(3_000):
+        with tracer.start_as_current_span(f"s{i}", attributes=attributes):
+            pass
+    started = time.monotonic()
+    setup.shutdown(timeout=0.05)
+    assert time.monotonic() - started < 2.0
+    assert setup.exported_spans + setup.failed_spans == 3_000
+
+
 def _all_spans(lines: list[str]) -> list[dict[str, Any]]:
     return [
         span
