@@ -537,9 +537,10 @@ def render_trace(
     spans whose parent is missing from the file are drawn as roots, so a partial trace (a
     crashed run, a truncated file) still shows everything it has.
 
-    The figures are never cut; the timeline takes what the console width leaves (10 to 40
-    cells, or exactly ``bar_width``), then span names give way with an ellipsis. The tokens
-    and cost columns appear only when some span has them.
+    The figures are not cut: the timeline takes what the console width leaves (10 to 40 cells,
+    or exactly ``bar_width``), then span names give way with an ellipsis; only a console too
+    narrow for the figures themselves (under ~60 columns) crops the rightmost columns. The
+    tokens and cost columns appear only when some span has them.
     """
     from rich.text import Text
 
