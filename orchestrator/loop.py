@@ -860,7 +860,7 @@ async def _call_one(
                 pending, frozenset(node.tools), one_at_a_time=run.approvals
             )
         if refusal is not None:
-            result = error_result(call.id, refusal, run.secrets)
+            result = error_result(call.id, refusal)
             if s.is_recording():
                 s.set_attribute("orchestrator.refused", True)
         else:
@@ -899,5 +899,4 @@ def make_runtime(node_limits: Limits, run: RunState) -> ToolRuntime:
         max_result_chars=int(node_limits.max_result_chars or 100_000),
         thread_limiter=run.thread_limiter,
         on_abandoned_thread=run.abandoned,
-        secrets=run.secrets,
     )

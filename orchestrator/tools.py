@@ -65,8 +65,6 @@ class ToolRuntime:
     max_result_chars: int
     thread_limiter: trio.CapacityLimiter
     on_abandoned_thread: Callable[[], None] = lambda: None
-    secrets: tuple[str, ...] | None = None
-    """The run's snapshot of secret values (``None``: read the environment per result)."""
 
 
 class Tool:
@@ -308,11 +306,9 @@ def cap(text: str, limit: int) -> str:
     )
 
 
-def error_result(
-    call_id: str, message: str, secrets: tuple[str, ...] | None = None
-) -> ToolResultBlock:
-    """An ``is_error`` result (redacted)."""
-    return ToolResultBlock(call_id, redact(message, secrets), is_error=True)
+def error_result(call_id: str, message: str) -> ToolResultBlock:
+    """An ``is_error`` result (redacted with the run's secret snapshot, see ``RUN_SECRETS``)."""
+    return ToolResultBlock(call_id, redact(message), is_error=True)
 
 
 def describe_validation_error(t: Tool, exc: pydantic.ValidationError) -> str:
@@ -342,12 +338,11 @@ async def execute(
             call.id,
             f"arguments for tool {t.name!r} must be a JSON object, got {type(call.input).__name__}. "
             f"Call it again with arguments matching this schema: {canonical_json(t.input_schema)}",
-            rt.secrets,
         )
     try:
         kwargs = t.validate(call.input)
     except pydantic.ValidationError as exc:
-        return error_result(call.id, describe_validation_error(t, exc), rt.secrets)
+        return error_result(call.id, describe_validation_error(t, exc))
     args = (ctx,) if t.takes_context else ()
     if t.runtime_tool:
         # spawn_subagent, awaited here and not in _attempt: a child's whole loop runs under
@@ -356,7 +351,7 @@ async def execute(
         try:
             value = await t.fn(*args, **kwargs)
         except ToolError as exc:
-            return error_result(call.id, describe_exception(exc, with_type=False), rt.secrets)
+            return error_result(call.id, describe_exception(exc, with_type=False))
         return _value_result(t, call, value, rt)
     attempt = 0
     while True:
@@ -366,7 +361,7 @@ async def execute(
         if attempt >= t.max_retries:
             if attempt:
                 message = f"{message} (failed after {attempt + 1} attempts)"
-            return error_result(call.id, message, rt.secrets)
+            return error_result(call.id, message)
         await trio.sleep(min(0.25 * 2**attempt, 4.0) * (0.5 + random.random()))
         attempt += 1
 
@@ -374,13 +369,12 @@ async def execute(
 def _value_result(t: Tool, call: ToolUseBlock, value: Any, rt: ToolRuntime) -> ToolResultBlock:
     """A tool's return value as its result: shown as text, redacted, capped."""
     try:
-        text = redact(to_content(value), rt.secrets)
+        text = redact(to_content(value))
     except Exception as exc:  # a value whose str() or JSON form raises
         return error_result(
             call.id,
             f"tool {t.name!r} returned a {type(value).__name__} that cannot be "
             f"shown as text ({describe_exception(exc)}); return a string or JSON data",
-            rt.secrets,
         )
     return ToolResultBlock(call.id, cap(text, rt.max_result_chars))
 
