@@ -7,7 +7,7 @@ tracing backend (``orchestrator trace list`` / ``trace show``), and shipped to J
 OTLP backend afterwards, byte-for-byte the same spans (``orchestrator trace export``).
 
 Reading parses the JSON directly into :class:`SpanRecord` (fast, no protobuf needed to draw a
-trace); exporting goes through protobuf (:func:`~orchestrator.tracing.decode_otlp_json`) so
+trace); exporting goes through protobuf (:func:`~orchestrator.otlp_json.decode_otlp_json`) so
 ids, timestamps and typed attributes arrive exactly as they were recorded.
 
 The CLI entry points return exit codes and print through a ``rich`` console: :func:`show`,
@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, cast
 
 from .errors import OrchestratorError
-from .tracing import decode_otlp_json, resolve_otlp_endpoint, resolve_protocol
+from .otlp_json import decode_otlp_json
+from .tracing import resolve_otlp_endpoint, resolve_protocol
 
 if TYPE_CHECKING:
     from rich.console import Console
