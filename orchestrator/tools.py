@@ -13,12 +13,14 @@ the model can often recover and an exception would lose the whole run.
 from __future__ import annotations
 
 import contextlib
+import dis
 import functools
 import inspect
 import json
 import math
 import random
 import re
+import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -84,6 +86,7 @@ class Tool:
         "is_async",
         "max_retries",
         "name",
+        "never_waits",
         "runtime_tool",
         "spec_chars",
         "takes_context",
@@ -121,6 +124,8 @@ class Tool:
         self.is_async = inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(
             getattr(fn, "__call__", None)  # noqa: B004 - callable objects with async __call__
         )
+        self.never_waits = _never_waits(fn)
+        """An ``async def`` whose body has no ``await``: it cannot reach a checkpoint."""
         self.takes_context, self.args_model, schema = _build_args_model(self.name, fn, param_docs)
         schema.pop("title", None)
         for prop in schema.get("properties", {}).values():
@@ -183,6 +188,19 @@ def tool(
         )
 
     return wrap(fn) if fn is not None else wrap
+
+
+def _never_waits(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` is an ``async def`` whose own body never suspends.
+
+    A coroutine suspends only at a ``YIELD_VALUE`` (every ``await``, ``async for`` and ``async
+    with`` compiles to one); without any, a call finishes in its first step and never reaches
+    a trio checkpoint, so no timeout could ever interrupt it. Anything else (a wrapper, a
+    partial, a callable object) is assumed to wait.
+    """
+    if not isinstance(fn, types.FunctionType) or not fn.__code__.co_flags & inspect.CO_COROUTINE:
+        return False
+    return all(ins.opname != "YIELD_VALUE" for ins in dis.get_instructions(fn.__code__))
 
 
 def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
@@ -408,6 +426,8 @@ async def _attempt(
     timeout = rt.timeout
     limiter: _SeenLimiter | None = None
     try:
+        if t.never_waits:  # no checkpoint in it for a timeout to fire at: no cancel scope (~9 µs)
+            return _Ok(await t.fn(*args, **kwargs))
         with trio.move_on_after(timeout) if timeout < math.inf else contextlib.nullcontext():
             if t.is_async:
                 return _Ok(await t.fn(*args, **kwargs))

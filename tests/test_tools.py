@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import threading
@@ -25,6 +26,7 @@ from orchestrator import (
     tool,
 )
 from orchestrator.models import FunctionModel, ScriptedModel, text, tool_call
+from orchestrator.tools import _never_waits
 
 
 def results_of(result):
@@ -321,6 +323,92 @@ async def test_the_default_tool_timeout_is_120_seconds(autojump_clock):
     _, res = await call_once(hang)
     assert res.is_error and "timed out" in res.content
     assert 120 <= trio.current_time() - start < 121
+
+
+async def test_an_async_tool_that_never_awaits_runs_without_a_timeout_scope():
+    # it cannot reach a checkpoint, so a timeout could never fire in it: none is set up
+    deadlines = {}
+
+    @tool
+    async def instant() -> str:
+        """Answer at once."""
+        deadlines["instant"] = trio.current_effective_deadline()
+        return "now"
+
+    @tool
+    async def waits() -> str:
+        """Answer after a checkpoint."""
+        deadlines["waits"] = trio.current_effective_deadline()
+        await trio.sleep(0)
+        return "later"
+
+    _, instant_result = await call_once(instant, limits=Limits(tool_timeout=5))
+    _, waits_result = await call_once(waits, limits=Limits(tool_timeout=5))
+    assert (instant_result.content, waits_result.content) == ("now", "later")
+    # the waiting one sees its 5 s tool timeout, the other only the run's own, later deadline
+    assert deadlines["waits"] - 5 <= trio.current_time()
+    assert deadlines["instant"] > deadlines["waits"] + 60
+
+
+async def _awaits() -> None:
+    await trio.sleep(0)
+
+
+class _AsyncCallable:
+    async def __call__(self) -> None:
+        return None
+
+
+def _never_waiting_cases():
+    async def plain() -> int:
+        return 1
+
+    async def with_await() -> None:
+        await trio.sleep(0)
+
+    async def with_async_with() -> None:
+        async with trio.open_nursery():
+            pass
+
+    async def with_async_for(items) -> None:
+        async for _ in items:
+            pass
+
+    async def with_async_comprehension(items) -> list[int]:
+        return [x async for x in items]
+
+    async def awaits_in_a_branch(flag: bool) -> None:
+        if flag:
+            await trio.sleep(0)
+
+    def sync() -> int:
+        return 1
+
+    def returns_a_coroutine():
+        return _awaits()
+
+    @functools.wraps(plain)
+    async def wrapper() -> int:
+        return await plain()
+
+    return [
+        (plain, True),
+        (with_await, False),
+        (with_async_with, False),
+        (with_async_for, False),
+        (with_async_comprehension, False),
+        (awaits_in_a_branch, False),
+        (sync, False),
+        (returns_a_coroutine, False),
+        (wrapper, False),
+        (functools.partial(plain), False),
+        (_AsyncCallable(), False),
+    ]
+
+
+@pytest.mark.parametrize(("fn", "expected"), _never_waiting_cases())
+def test_only_an_async_def_without_any_suspension_point_counts_as_never_waiting(fn, expected):
+    assert _never_waits(fn) is expected
 
 
 # --- errors as results -----------------------------------------------------------------------
