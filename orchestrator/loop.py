@@ -166,11 +166,20 @@ class Limiters:
     def __init__(self, chain: tuple[Slots, ...]) -> None:
         self.chain = chain
 
-    async def acquire(self) -> None:
-        """Take one slot of every limit in the chain, innermost first.
+    def try_acquire(self) -> bool:
+        """Take one slot of every limit in the chain if each has one free, else take none."""
+        for taken, slots in enumerate(self.chain):
+            if not slots.try_take():
+                for held in reversed(self.chain[:taken]):
+                    held.give_back()
+                return False
+        return True
 
-        Waits only for a full limit: the model call made with the slots is the checkpoint
-        (see :func:`checkpointed`).
+    async def acquire(self) -> None:
+        """Take one slot of every limit in the chain, innermost first, waiting for full ones.
+
+        Call it after :meth:`try_acquire` failed: the model call made with the slots is the
+        checkpoint (see :func:`checkpointed`), so the common case needs no coroutine.
         """
         taken = 0
         try:
@@ -446,7 +455,7 @@ async def _loop(node: AgentNode, run: RunState) -> None:
             try:
                 response = await _generate_step(node, run, state, turn_span)
                 if response is not None:
-                    calls = await _parse_step(node, run, state, response)
+                    calls = _parse_step(node, state, response)
                     if calls:  # none: the agent ended, or the reply asks for another model call
                         results = await _execute(node, run, calls)
                         _resume_step(node, state, results)
@@ -522,16 +531,26 @@ async def _generate_step(
                 f"a tool call was cut by max_tokens twice; raise max_output_tokens (now {max_tokens})",
             )
             return None
+    if (
+        response.stop_reason == "model_context_window_exceeded"
+        and state.compaction_threshold is not None
+        and not state.context_retry
+    ):
+        # the reply was cut by a full context window: it is not kept, a checkpoint summary
+        # replaces the transcript, and the next turn asks again
+        state.context_retry = True
+        if await _compact(node, run, state.specs, overflow=True):
+            state.compacted_since_last_turn = True
+            _check_turns(node, state, "after compacting")
+        return None
     return response
 
 
-async def _parse_step(
-    node: AgentNode, run: RunState, state: _LoopState, response: ModelResponse
-) -> list[ToolUseBlock]:
+def _parse_step(node: AgentNode, state: _LoopState, response: ModelResponse) -> list[ToolUseBlock]:
     """PARSE: act on ``stop_reason``; return the tool calls to execute (none: no EXECUTE).
 
     Appends the reply to the transcript. Ends the agent on an answer or a bound, and sets up
-    the next model call for ``max_tokens``, ``pause_turn`` and a compacted context.
+    the next model call for ``max_tokens`` and ``pause_turn``.
     """
     stop = response.stop_reason
     calls = _tool_calls(response)
@@ -545,15 +564,7 @@ async def _parse_step(
     if stop == "refusal":
         node.finish(RunStatus.REFUSAL, "the model refused to continue (stop_reason refusal)")
         return []
-    if stop == "model_context_window_exceeded":
-        if state.compaction_threshold is not None and not state.context_retry:
-            state.context_retry = True
-            if response.content:  # the cut reply is not kept: the summary replaces it all
-                node.replace_messages(node.messages[:-1])
-            if await _compact(node, run, state.specs, overflow=True):
-                state.compacted_since_last_turn = True
-                _check_turns(node, state, "after compacting")
-            return []
+    if stop == "model_context_window_exceeded":  # and it could not compact (_generate_step)
         node.finish(RunStatus.CONTEXT_EXCEEDED, CONTEXT_EXCEEDED_REASON)
         return []
     if stop not in _KNOWN:
@@ -742,7 +753,8 @@ async def _generate(
     node.model_context = ctx
     usage: Usage | None = None
     try:
-        await node.limiters.acquire()
+        if not node.limiters.try_acquire():
+            await node.limiters.acquire()
         try:
             # the call in this frame, not a helper's: every agent waits here, and each frame
             # on a waiting agent's stack is passed through twice per wait and walked by the GC

@@ -39,11 +39,25 @@ def response(
 ) -> ModelResponse:
     """A whole scripted reply; ``stop_reason`` defaults to ``tool_use`` if a block is a tool call."""
     if stop_reason is None:
-        stop_reason = "tool_use" if any(isinstance(b, ToolUseBlock) for b in blocks) else "end_turn"
-    return ModelResponse(tuple(blocks), stop_reason, usage if usage is not None else _NO_USAGE)
+        stop_reason = "end_turn"
+        for b in blocks:  # a loop, not any(): a generator costs more than a reply's few blocks
+            if isinstance(b, ToolUseBlock):
+                stop_reason = "tool_use"
+                break
+    return ModelResponse(blocks, stop_reason, usage if usage is not None else _NO_USAGE)
 
 
 _NO_USAGE = Usage(requests=-1)  # sentinel: "estimate it"
+
+
+def _with_ids(content: tuple[Block, ...], turn: int) -> tuple[Block, ...]:
+    """``content`` with an id for every tool call scripted without one (stable per turn)."""
+    return tuple(
+        ToolUseBlock(f"toolu_{turn:03d}_{i}", b.name, b.input)
+        if isinstance(b, ToolUseBlock) and b.id == _UNSET_ID
+        else b
+        for i, b in enumerate(content)
+    )
 
 
 def _finish(step: Any, request: ModelRequest, model_name: str) -> ModelResponse:
@@ -64,14 +78,10 @@ def _finish(step: Any, request: ModelRequest, model_name: str) -> ModelResponse:
             kind="invalid_script",
         )
     content = resp.content
-    if any(isinstance(b, ToolUseBlock) and b.id == _UNSET_ID for b in content):
-        turn = request.turn_index()
-        content = tuple(
-            ToolUseBlock(f"toolu_{turn:03d}_{i}", b.name, b.input)
-            if isinstance(b, ToolUseBlock) and b.id == _UNSET_ID
-            else b
-            for i, b in enumerate(content)
-        )
+    for b in content:
+        if isinstance(b, ToolUseBlock) and b.id == _UNSET_ID:
+            content = _with_ids(content, request.turn_index())
+            break
     usage = resp.usage
     if usage is _NO_USAGE or usage.requests < 0:
         out_chars = sum(
