@@ -37,6 +37,7 @@ from orchestrator import (
     tool,
 )
 from orchestrator.limits import Slots
+from orchestrator.loop import Limiters
 from orchestrator.models import FunctionModel, response, text, tool_call
 
 # ---------------------------------------------------------------------------------------------
@@ -623,6 +624,23 @@ async def test_agents_own_max_concurrency_limits_its_subtree_inside_the_runs(
     assert script.max_in_flight_by["skimmer"] == 3  # its sibling's subtree is not limited
     # lead, researcher, three readers one by one, researcher, lead
     assert elapsed == pytest.approx(7.0, abs=0.1)
+
+
+async def test_a_call_that_finds_an_outer_limit_full_takes_no_slot_of_the_inner_one() -> None:
+    # an agent's own limit (3) has room, the run's (1) does not: the slot taken from the first
+    # must go back, or every such try would shrink the agent's limit for good
+    agent_slots, run_slots = Slots(3), Slots(1)
+    chain = Limiters((agent_slots, run_slots))
+    assert run_slots.try_take()  # another agent's call holds the run's only slot
+
+    assert not chain.try_acquire()
+    assert (agent_slots.free, run_slots.free) == (3, 0)
+
+    run_slots.give_back()
+    assert chain.try_acquire()
+    assert (agent_slots.free, run_slots.free) == (2, 0)
+    chain.release()
+    assert (agent_slots.free, run_slots.free) == (3, 1)
 
 
 async def test_concurrency_slots_go_to_waiters_in_arrival_order_and_survive_a_cancelled_waiter(
