@@ -779,7 +779,7 @@ async def _generate(
                 except Exception as exc:
                     response = _failed_call(node, run, s, exc)
                 else:
-                    spans.record_chat_response(s, answered, run.capture)
+                    spans.record_chat_response(s, answered, model.name, run.capture)
                     response = answered
         finally:
             node.limiters.release()

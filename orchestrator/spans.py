@@ -192,14 +192,19 @@ def chat_request_attributes(
     return attrs
 
 
-def record_chat_response(s: Span, response: ModelResponse, capture: bool) -> None:
+def record_chat_response(s: Span, response: ModelResponse, model_name: str, capture: bool) -> None:
+    """The reply's model, finish reason and usage on its ``chat`` span.
+
+    A reply that does not name the model that answered (scripted and function models) is
+    attributed to the model that was asked, ``model_name``.
+    """
     if not s.is_recording():
         return
     u = response.usage
     s.set_status(Status(StatusCode.OK))
     s.set_attributes(
         {
-            "gen_ai.response.model": response.model,
+            "gen_ai.response.model": response.model or model_name,
             "gen_ai.response.finish_reasons": [response.stop_reason],
             "gen_ai.usage.input_tokens": u.input_tokens,
             "gen_ai.usage.output_tokens": u.output_tokens,

@@ -60,8 +60,12 @@ def _with_ids(content: tuple[Block, ...], turn: int) -> tuple[Block, ...]:
     )
 
 
-def _finish(step: Any, request: ModelRequest, model_name: str) -> ModelResponse:
-    """Normalize a step into a response: ids assigned, usage estimated when not given."""
+def _finish(step: Any, request: ModelRequest) -> ModelResponse:
+    """Normalize a step into a response: ids assigned, usage estimated when not given.
+
+    The model name is left as the step gives it (usually empty): the chat span names the
+    model that was asked when a reply does not say which answered.
+    """
     if isinstance(step, ModelResponse):
         resp = step
     elif isinstance(step, TextBlock | ToolUseBlock | ThinkingBlock):
@@ -90,9 +94,9 @@ def _finish(step: Any, request: ModelRequest, model_name: str) -> ModelResponse:
             if isinstance(b, TextBlock | ToolUseBlock)
         )
         usage = Usage(input_tokens=request.input_tokens_estimate, output_tokens=out_chars // 4 + 1)
-    if content is resp.content and usage is resp.usage and resp.model:
+    if content is resp.content and usage is resp.usage:
         return resp  # nothing to fill in
-    return ModelResponse(content, resp.stop_reason, usage, resp.model or model_name, resp.id)
+    return ModelResponse(content, resp.stop_reason, usage, resp.model, resp.id)
 
 
 class ScriptedModel:
@@ -145,7 +149,7 @@ class ScriptedModel:
                 fatal=True,
                 kind="script_exhausted",
             )
-        return _finish(steps[index], request, self._name)
+        return _finish(steps[index], request)
 
 
 class FunctionModel:
@@ -177,7 +181,7 @@ class FunctionModel:
         step = self._fn(request)
         if inspect.isawaitable(step):
             step = await step
-        resp = _finish(step, request, self._name)
+        resp = _finish(step, request)
         if self._prices and resp.usage.cost_usd == 0:
             resp = dataclasses.replace(
                 resp, usage=dataclasses.replace(resp.usage, cost_usd=self._prices(resp.usage))
