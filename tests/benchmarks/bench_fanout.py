@@ -14,9 +14,7 @@ Figures per configuration (N, L, tracing off/on):
 - CPU per model call: process user+sys CPU of the run (span export thread and final flush
   included) divided by the model calls (2 + N·(K+1)); the headline is at L = 0. Measured in a
   third process that alternates the implementations run by run; the ratio is the median of the
-  per-pair ratios, so load drifting during the benchmark does not skew it. Untraced, a third
-  implementation runs too, for information only: the hand-written loop with each tool call under
-  ``trio.move_on_after``, pricing the per-call timeout the runtime guarantees;
+  per-pair ratios, so load drifting during the benchmark does not skew it;
 - peak RSS: ``ru_maxrss`` of a fresh subprocess per configuration (imports, a tiny warm-up and
   the measured runs; with tracing on it includes the in-memory exporter's finished spans).
 
@@ -144,20 +142,7 @@ async def fanout_baseline(
     return await _baseline_traced(n, latency, provider.get_tracer("baseline"), counter)
 
 
-async def fanout_baseline_with_timeouts(
-    n: int, latency: float, provider: Any, counter: list[int]
-) -> dict[str, Any]:
-    """The hand-written loop with each tool call under ``trio.move_on_after`` (untraced only).
-
-    Not a target: it prices the one guarantee the bare loop lacks and the runtime cannot drop.
-    """
-    assert provider is None, "measured untraced only"
-    return await _baseline_plain(n, latency, counter, tool_timeout=120.0)
-
-
-async def _baseline_plain(
-    n: int, latency: float, counter: list[int], tool_timeout: float | None = None
-) -> dict[str, Any]:
+async def _baseline_plain(n: int, latency: float, counter: list[int]) -> dict[str, Any]:
     answers: list[str | None] = [None] * n
 
     async def child(j: int) -> None:
@@ -166,11 +151,7 @@ async def _baseline_plain(
             counter[0] += 1
             await trio.sleep(latency)
             transcript.append(("assistant", ("lookup", t)))
-            if tool_timeout is None:
-                transcript.append(("user", await _lookup(t)))
-            else:
-                with trio.move_on_after(tool_timeout):
-                    transcript.append(("user", await _lookup(t)))
+            transcript.append(("user", await _lookup(t)))
         counter[0] += 1
         await trio.sleep(latency)
         transcript.append(("assistant", "done"))
@@ -254,7 +235,6 @@ async def _baseline_traced(
 IMPLS = {
     "ours": fanout_ours,
     "baseline": fanout_baseline,
-    "baseline_with_timeouts": fanout_baseline_with_timeouts,
 }
 
 
@@ -332,12 +312,11 @@ def pair_worker(spec: dict[str, Any]) -> dict[str, Any]:
     first) and taking the median of the per-pair ratios keeps it out.
     """
     n, l_ms, traced, reps = spec["n"], spec["l_ms"], spec["traced"], spec["reps"]
-    # untraced, the loop with per-call timeouts runs too (for information, not for a target)
-    impls = ["baseline", "ours"] + ([] if traced else ["baseline_with_timeouts"])
+    impls = ["baseline", "ours"]
     for impl in impls:
         one_run(impl, 2, 0, traced)  # warm-up
     cpu: dict[str, list[float]] = {impl: [] for impl in impls}
-    ratios, ratios_to_timeouts = [], []
+    ratios = []
     for rep in range(max(reps, 3)):
         pair = {}
         for impl in impls if rep % 2 == 0 else impls[::-1]:
@@ -345,16 +324,11 @@ def pair_worker(spec: dict[str, Any]) -> dict[str, Any]:
             pair[impl] = r["cpu_s"] / r["calls"] * 1e6
             cpu[impl].append(pair[impl])
         ratios.append(pair["ours"] / pair["baseline"])
-        if "baseline_with_timeouts" in pair:
-            ratios_to_timeouts.append(pair["ours"] / pair["baseline_with_timeouts"])
     return {
         **spec,
         "cpu_us_per_call": {impl: median(v) for impl, v in cpu.items()},
         "pair_ratios": [round(x, 2) for x in ratios],
         "cpu_ratio": median(ratios),
-        "cpu_ratio_to_loop_with_timeouts": median(ratios_to_timeouts)
-        if ratios_to_timeouts
-        else None,
     }
 
 
@@ -425,9 +399,6 @@ def summarize(results: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict
                 "cpu_us_per_call": pair["cpu_us_per_call"]["ours"] if pair else None,
                 "baseline_cpu_us_per_call": pair["cpu_us_per_call"]["baseline"] if pair else None,
                 "cpu_ratio": pair["cpu_ratio"] if pair else None,
-                "cpu_ratio_to_loop_with_timeouts": (
-                    pair.get("cpu_ratio_to_loop_with_timeouts") if pair else None
-                ),
                 "peak_rss_mb": r["peak_rss_mb"],
                 "baseline_peak_rss_mb": b["peak_rss_mb"] if b else None,
                 "rss_after_imports_mb": r["rss_after_imports_mb"],
@@ -523,12 +494,6 @@ def render(rows: list[dict[str, Any]], checks: dict[str, Any], elapsed: float) -
         lines.append(
             f"  {'OK  ' if c['ok'] else 'MISS'} {name}: {c['value']:.2f} (target {c['target']})"
         )
-    for r in rows:
-        if r["cpu_ratio_to_loop_with_timeouts"] is not None and r["l_ms"] == 0:
-            lines.append(
-                f"  info N={r['n']} L=0 untraced: CPU ratio to the hand-written loop with a "
-                f"move_on_after per tool call: {r['cpu_ratio_to_loop_with_timeouts']:.2f}"
-            )
     lines.append(f"  ({elapsed:.1f}s)")
     return "\n".join(lines)
 
