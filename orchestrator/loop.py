@@ -471,10 +471,11 @@ async def _loop(node: AgentNode, run: RunState) -> None:
 async def _generate_step(
     node: AgentNode, run: RunState, state: _LoopState, turn_span: Any
 ) -> ModelResponse | None:
-    """GENERATE: fit the context, call the model; ``None`` when the agent ended.
+    """GENERATE: fit the context, call the model; ``None`` when there is nothing to parse.
 
-    A provider's "input too long" compacts and retries once; a tool call cut by ``max_tokens``
-    is retried once with a larger output cap.
+    ``None`` means the agent ended, or it compacted after a reply cut by a full context window
+    and the next turn asks again. A provider's "input too long" compacts and retries at once;
+    a tool call cut by ``max_tokens`` is retried once with a larger output cap.
     """
     cleared, compacted = 0, False
     if node.context.clear_results_after is not None or state.compaction_threshold is not None:

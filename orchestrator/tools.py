@@ -120,9 +120,14 @@ class Tool:
         self.idempotent = idempotent
         self.max_retries = max_retries if idempotent else 0
         self.runtime_tool = _runtime_tool  # spawn_subagent: no timeout, bugs propagate
-        target = inspect.unwrap(fn)
-        self.is_async = inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(
-            getattr(fn, "__call__", None)  # noqa: B004 - callable objects with async __call__
+        # what runs is ``fn`` itself (an ``async def`` wrapper of a sync function is async), but
+        # a sync wrapper returning the coroutine of an ``async def`` it wraps is async too
+        self.is_async = (
+            inspect.iscoroutinefunction(fn)
+            or inspect.iscoroutinefunction(inspect.unwrap(fn))
+            or inspect.iscoroutinefunction(
+                getattr(fn, "__call__", None)  # noqa: B004 - objects with an async __call__
+            )
         )
         self.never_waits = _never_waits(fn)
         """An ``async def`` whose body has no ``await``: it cannot reach a checkpoint."""
@@ -196,7 +201,9 @@ def _never_waits(fn: Callable[..., Any]) -> bool:
     A coroutine suspends only at a ``YIELD_VALUE`` (every ``await``, ``async for`` and ``async
     with`` compiles to one); without any, a call finishes in its first step and never reaches
     a trio checkpoint, so no timeout could ever interrupt it. Anything else (a wrapper, a
-    partial, a callable object) is assumed to wait.
+    partial, a callable object) is assumed to wait. The one way around it is a greenlet portal
+    (``greenback.await_`` called from sync code), which suspends a task without an ``await``
+    in the coroutine: a tool doing that must have an ``await`` of its own to keep its timeout.
     """
     if not isinstance(fn, types.FunctionType) or not fn.__code__.co_flags & inspect.CO_COROUTINE:
         return False

@@ -350,6 +350,64 @@ async def test_an_async_tool_that_never_awaits_runs_without_a_timeout_scope():
     assert deadlines["instant"] > deadlines["waits"] + 60
 
 
+def _double(x: int) -> int:
+    """Double a number.
+
+    Args:
+        x: the number
+    """
+    return 2 * x
+
+
+async def _double_later(x: int) -> int:
+    """Double a number after a checkpoint.
+
+    Args:
+        x: the number
+    """
+    await trio.sleep(0)
+    return 2 * x
+
+
+def _as_async(fn):
+    @functools.wraps(fn)
+    async def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def _as_async_after_a_checkpoint(fn):
+    @functools.wraps(fn)
+    async def wrapper(*args, **kwargs):
+        await trio.sleep(0)
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def _passing_the_coroutine_on(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        _as_async(_double),
+        _as_async_after_a_checkpoint(_double),
+        _passing_the_coroutine_on(_double_later),
+    ],
+    ids=["async-wrapper", "async-wrapper-that-awaits", "sync-wrapper-returning-a-coroutine"],
+)
+async def test_a_decorated_tool_runs_as_what_its_wrapper_returns(fn):
+    _, res = await call_once(tool(fn, name="double"), {"x": 21}, limits=Limits(tool_timeout=5))
+    assert (res.content, res.is_error) == ("42", False)
+
+
 async def _awaits() -> None:
     await trio.sleep(0)
 

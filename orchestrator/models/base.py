@@ -87,6 +87,8 @@ class ModelResponse:
     stop_reason: str
     usage: Usage = field(default_factory=Usage)
     model: str = ""
+    """The model that answered, as the provider reports it (empty if the model does not say:
+    scripted and function models; the chat span then names the model that was asked)."""
     id: str = ""
 
 
