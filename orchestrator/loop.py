@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 import typing
 from dataclasses import dataclass, field
 from functools import partial
@@ -75,6 +76,7 @@ _KNOWN = (
     | _DONE
 )
 _MAX_OUTPUT_CAP = 64_000
+_IS_ERROR = operator.attrgetter("is_error")
 CONTEXT_FULL = ModelResponse((), "model_context_window_exceeded")
 """Returned by ``_generate`` when the provider refused the input as too long."""
 CONTEXT_EXCEEDED_REASON = "the transcript exceeded the model's context window"
@@ -464,8 +466,10 @@ async def _loop(node: AgentNode, run: RunState) -> None:
                     status, reason = run.cut_status(node)
                     spans.record_outcome(turn_span, status.value, reason)
                 raise
-            # a turn that ends the agent states its outcome; others went on ("ok")
-            spans.record_outcome(turn_span, node.status.value if node.status else "ok", node.error)
+            if run.tracer:  # a turn that ends the agent states its outcome; others went on ("ok")
+                spans.record_outcome(
+                    turn_span, node.status.value if node.status else "ok", node.error
+                )
 
 
 async def _generate_step(
@@ -508,7 +512,7 @@ async def _generate_step(
             node.turns, estimate, usage.input_tokens, usage.cache_read_tokens, cleared, compacted
         )
     )
-    if turn_span.is_recording():
+    if run.tracer and turn_span.is_recording():
         turn_span.set_attributes(
             {
                 "orchestrator.context.input_tokens_estimate": estimate,
@@ -605,7 +609,8 @@ def _parse_step(node: AgentNode, state: _LoopState, response: ModelResponse) -> 
 def _resume_step(node: AgentNode, state: _LoopState, results: list[ToolResultBlock]) -> None:
     """RESUME: one user message with every result, in call order; count failing turns."""
     node.append(Message("user", tuple(results)))
-    state.error_turns = state.error_turns + 1 if all(r.is_error for r in results) else 0
+    failed = all(map(_IS_ERROR, results))  # map, not a generator: most turns have one result
+    state.error_turns = state.error_turns + 1 if failed else 0
     if state.error_turns >= state.max_errors:
         node.finish(
             RunStatus.ERROR_THRESHOLD,
@@ -780,7 +785,8 @@ async def _generate(
                 except Exception as exc:
                     response = _failed_call(node, run, s, exc)
                 else:
-                    spans.record_chat_response(s, answered, model.name, run.capture)
+                    if run.tracer:
+                        spans.record_chat_response(s, answered, model.name, run.capture)
                     response = answered
         finally:
             node.limiters.release()
@@ -900,7 +906,8 @@ async def _call_one(
                 runtime = dataclasses.replace(runtime, max_result_chars=cap)
             result = await execute(t, call, ctx, runtime)
         results[index] = result
-        spans.record_tool_result(s, result, run.capture)
+        if run.tracer:
+            spans.record_tool_result(s, result, run.capture)
         if run.events.enabled:
             run.events.emit(ToolFinished(node.path, call.name, call.id, result.is_error))
 
