@@ -456,11 +456,12 @@ async def _loop(node: AgentNode, run: RunState) -> None:
         ) as turn_span:
             try:
                 response = await _generate_step(node, run, state, turn_span)
-                if response is not None:
-                    calls = _parse_step(node, state, response)
-                    if calls:  # none: the agent ended, or the reply asks for another model call
-                        results = await _execute(node, run, calls)
-                        _resume_step(node, state, results)
+                calls = [] if response is None else _parse_step(node, state, response)
+                # nothing of this turn stays referenced from here through the next model call:
+                # every object alive across a wait is one more for the GC to walk
+                response = None
+                if calls:  # none: the agent ended, or the reply asks for another model call
+                    _resume_step(node, state, await _execute(node, run, calls))
             except BaseException as exc:
                 if is_cancellation(exc):  # cut from outside: say why, as the agent span will
                     status, reason = run.cut_status(node)
@@ -606,9 +607,9 @@ def _parse_step(node: AgentNode, state: _LoopState, response: ModelResponse) -> 
     return calls
 
 
-def _resume_step(node: AgentNode, state: _LoopState, results: list[ToolResultBlock]) -> None:
+def _resume_step(node: AgentNode, state: _LoopState, results: tuple[ToolResultBlock, ...]) -> None:
     """RESUME: one user message with every result, in call order; count failing turns."""
-    node.append(Message("user", tuple(results)))
+    node.append(Message("user", results))
     failed = all(map(_IS_ERROR, results))  # map, not a generator: most turns have one result
     state.error_turns = state.error_turns + 1 if failed else 0
     if state.error_turns >= state.max_errors:
@@ -841,11 +842,11 @@ def _model_context(run: RunState, node: AgentNode) -> ModelContext:
 
 async def _execute(
     node: AgentNode, run: RunState, calls: list[ToolUseBlock]
-) -> list[ToolResultBlock]:
+) -> tuple[ToolResultBlock, ...]:
     """Run the calls concurrently; results come back in call order, one per call."""
     results: list[ToolResultBlock | None] = [None] * len(calls)
     node.in_flight = results
-    node.started_calls = set()  # ids may repeat across turns: only this step's count
+    node.started_calls.clear()  # ids may repeat across turns: only this step's count
     if len(calls) == 1:
         await _call_one(node, run, 0, calls[0], results)
     else:
@@ -853,7 +854,7 @@ async def _execute(
             for i, call in enumerate(calls):
                 nursery.start_soon(_call_one, node, run, i, call, results)
     node.in_flight = None
-    return typing.cast("list[ToolResultBlock]", results)  # every call filled its slot
+    return typing.cast("tuple[ToolResultBlock, ...]", tuple(results))  # every slot is filled
 
 
 async def _call_one(
