@@ -48,7 +48,8 @@ def _steps_of(awaitable: Awaitable[T]) -> Generator[Any, Any, T]:
 @types.coroutine
 def _drive(coro: Generator[Any, Any, T] | Coroutine[Any, Any, T]) -> Generator[Any, Any, T]:
     try:
-        yield from trio.lowlevel.checkpoint_if_cancelled().__await__()
+        # a generator-based coroutine may ``yield from`` a coroutine: no ``__await__`` wrapper
+        yield from trio.lowlevel.checkpoint_if_cancelled()
     except BaseException:
         coro.close()  # never started: no "was never awaited" warning
         raise
@@ -57,7 +58,7 @@ def _drive(coro: Generator[Any, Any, T] | Coroutine[Any, Any, T]) -> Generator[A
     try:
         trap = coro.send(None)
     except StopIteration as done:
-        yield from trio.lowlevel.cancel_shielded_checkpoint().__await__()
+        yield from trio.lowlevel.cancel_shielded_checkpoint()
         result: T = done.value
         return result
     while True:
