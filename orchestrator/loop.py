@@ -457,8 +457,8 @@ async def _loop(node: AgentNode, run: RunState) -> None:
             try:
                 response = await _generate_step(node, run, state, turn_span)
                 calls = [] if response is None else _parse_step(node, state, response)
-                # nothing of this turn stays referenced from here through the next model call:
-                # every object alive across a wait is one more for the GC to walk
+                # the reply is not kept through the next model call (its calls are, as the
+                # repeat guard's last_calls): every object alive across a wait is walked by the GC
                 response = None
                 if calls:  # none: the agent ended, or the reply asks for another model call
                     _resume_step(node, state, await _execute(node, run, calls))

@@ -200,8 +200,9 @@ def _never_waits(fn: Callable[..., Any]) -> bool:
 
     A coroutine suspends only at a ``YIELD_VALUE`` (every ``await``, ``async for`` and ``async
     with`` compiles to one); without any, a call finishes in its first step and never reaches
-    a trio checkpoint, so no timeout could ever interrupt it. Anything else (a wrapper, a
-    partial, a callable object) is assumed to wait. The one way around it is a greenlet portal
+    a trio checkpoint, so no timeout could ever interrupt it. Anything but a plain ``async def``
+    (a partial, a callable object, a sync wrapper) is assumed to wait; an ``async def`` wrapper
+    is judged by its own body, which is what runs. The one way around it is a greenlet portal
     (``greenback.await_`` called from sync code), which suspends a task without an ``await``
     in the coroutine: a tool doing that must have an ``await`` of its own to keep its timeout.
     """
