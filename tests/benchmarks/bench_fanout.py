@@ -15,6 +15,8 @@ Figures per configuration (N, L, tracing off/on):
   included) divided by the model calls (2 + N·(K+1)); the headline is at L = 0. Measured in a
   third process that alternates the implementations run by run; the ratio is the median of the
   per-pair ratios, so load drifting during the benchmark does not skew it;
+- of it GC: the part of ours' CPU per call spent in cyclic-GC collections during the run (timed
+  with ``gc.callbacks``, median of the pair runs);
 - peak RSS: ``ru_maxrss`` of a fresh subprocess per configuration (imports, a tiny warm-up and
   the measured runs; with tracing on it includes the in-memory exporter's finished spans).
 
@@ -255,10 +257,12 @@ def one_run(impl: str, n: int, l_ms: float, traced: bool) -> dict[str, Any]:
     provider, exporter = traced_provider() if traced else (None, None)
     counter = [0]
     box: dict[str, Any] = {}
+    gc_time = _GcTimer()
 
     async def main() -> None:
         c0, w0 = time.process_time(), time.perf_counter()
-        box["info"] = await IMPLS[impl](n, l_ms / 1000, provider, counter)
+        with gc_time:
+            box["info"] = await IMPLS[impl](n, l_ms / 1000, provider, counter)
         box["wall"] = time.perf_counter() - w0
         box["cpu"] = time.process_time() - c0
 
@@ -275,7 +279,37 @@ def one_run(impl: str, n: int, l_ms: float, traced: bool) -> dict[str, Any]:
         raise RuntimeError(f"{impl}: {counter[0]} model calls, expected {expected_calls(n)}")
     if spans is not None and spans != expected_spans(n):
         raise RuntimeError(f"{impl}: {spans} spans, expected {expected_spans(n)}")
-    return {"wall_s": box["wall"], "cpu_s": box["cpu"], "calls": counter[0], "spans": spans}
+    return {
+        "wall_s": box["wall"],
+        "cpu_s": box["cpu"],
+        "gc_s": gc_time.seconds,
+        "calls": counter[0],
+        "spans": spans,
+    }
+
+
+class _GcTimer:
+    """Time spent in the cyclic GC's collections while the block runs (``gc.callbacks``).
+
+    Wall time of each collection, on the run's own thread: the GC runs with the GIL held, so it
+    is CPU the run could not use (the export thread's collections are included when tracing).
+    """
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._started = 0.0
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._started
+
+    def __enter__(self) -> None:
+        gc.callbacks.append(self._callback)
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
 
 
 def worker(spec: dict[str, Any]) -> dict[str, Any]:
@@ -316,6 +350,7 @@ def pair_worker(spec: dict[str, Any]) -> dict[str, Any]:
     for impl in impls:
         one_run(impl, 2, 0, traced)  # warm-up
     cpu: dict[str, list[float]] = {impl: [] for impl in impls}
+    gc_share: dict[str, list[float]] = {impl: [] for impl in impls}
     ratios = []
     for rep in range(max(reps, 3)):
         pair = {}
@@ -323,10 +358,12 @@ def pair_worker(spec: dict[str, Any]) -> dict[str, Any]:
             r = one_run(impl, n, l_ms, traced)
             pair[impl] = r["cpu_s"] / r["calls"] * 1e6
             cpu[impl].append(pair[impl])
+            gc_share[impl].append(r["gc_s"] / r["calls"] * 1e6)
         ratios.append(pair["ours"] / pair["baseline"])
     return {
         **spec,
         "cpu_us_per_call": {impl: median(v) for impl, v in cpu.items()},
+        "gc_us_per_call": {impl: median(v) for impl, v in gc_share.items()},
         "pair_ratios": [round(x, 2) for x in ratios],
         "cpu_ratio": median(ratios),
     }
@@ -397,6 +434,7 @@ def summarize(results: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict
                 "baseline_wall_s": b["wall_median_s"] if b else None,
                 "baseline_wall_over_ideal": b["wall_median_s"] / ideal if b and ideal else None,
                 "cpu_us_per_call": pair["cpu_us_per_call"]["ours"] if pair else None,
+                "gc_us_per_call": pair["gc_us_per_call"]["ours"] if pair else None,
                 "baseline_cpu_us_per_call": pair["cpu_us_per_call"]["baseline"] if pair else None,
                 "cpu_ratio": pair["cpu_ratio"] if pair else None,
                 "peak_rss_mb": r["peak_rss_mb"],
@@ -464,6 +502,7 @@ def render(rows: list[dict[str, Any]], checks: dict[str, Any], elapsed: float) -
         "wall/ideal",
         "base w/i",
         "CPU us/call",
+        "of it GC",
         "base us",
         "CPU ratio",
         "RSS MB",
@@ -479,6 +518,7 @@ def render(rows: list[dict[str, Any]], checks: dict[str, Any], elapsed: float) -
             r["wall_over_ideal"],
             r["baseline_wall_over_ideal"],
             r["cpu_us_per_call"],
+            r["gc_us_per_call"],
             r["baseline_cpu_us_per_call"],
             r["cpu_ratio"],
             r["peak_rss_mb"],
