@@ -29,10 +29,12 @@ def secret_values() -> tuple[str, ...]:
     Each value is also listed in its JSON-escaped forms: a secret quoted inside JSON (captured
     content, an error body) may appear escaped. A run takes this snapshot once, at its start.
     """
+    environ = os.environ  # names first: reading a value decodes it, and most are not secrets
     values = {
-        v
-        for k, v in os.environ.items()
-        if len(v) >= _MIN_SECRET_LEN and k.upper().endswith(_SECRET_SUFFIXES)
+        value
+        for name in environ
+        if name.upper().endswith(_SECRET_SUFFIXES)
+        and len(value := environ[name]) >= _MIN_SECRET_LEN
     }
     variants = {
         form
