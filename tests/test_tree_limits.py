@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support.trees import (
     Script,
     assert_valid_transcript,
@@ -36,7 +38,7 @@ from orchestrator import (
     run,
     tool,
 )
-from orchestrator.limits import Slots
+from orchestrator.limits import DEFAULT_LIMITS, TREE_WIDE_FIELDS, Slots, tree_wide_limits
 from orchestrator.loop import Limiters
 from orchestrator.models import FunctionModel, response, text, tool_call
 
@@ -373,6 +375,36 @@ async def test_agents_own_token_budget_is_a_sub_budget_for_its_subtree(autojump_
     assert billed(child.usage) <= 2500
     assert any(n.status is RunStatus.BUDGET_EXCEEDED for n in nodes(child))
     assert result_for(result.messages, "s1").is_error
+
+
+_OPTIONAL_LIMITS = st.none() | st.builds(
+    Limits,
+    timeout=st.none() | st.floats(0.5, 2000),
+    token_budget=st.none() | st.integers(1, 10**7),
+    cost_budget_usd=st.none() | st.floats(0.01, 100),
+    max_agents=st.none() | st.integers(1, 500),
+    max_concurrency=st.none() | st.integers(1, 64),
+    max_turns=st.none() | st.integers(1, 50),
+    max_depth=st.none() | st.integers(0, 6),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(run_limits=_OPTIONAL_LIMITS, root_limits=_OPTIONAL_LIMITS)
+def test_tree_wide_limits_are_the_stricter_set_value_of_run_and_root_else_the_default(
+    run_limits: Limits | None, root_limits: Limits | None
+) -> None:
+    budgets = tree_wide_limits(run_limits, root_limits)
+    for name in TREE_WIDE_FIELDS:
+        given_values = [
+            getattr(layer, name)
+            for layer in (run_limits, root_limits)
+            if layer is not None and getattr(layer, name) is not None
+        ]
+        expected = min(given_values) if given_values else getattr(DEFAULT_LIMITS, name)
+        assert getattr(budgets, name) == expected, name
+    per_agent = [f for f in Limits.__dataclass_fields__ if f not in TREE_WIDE_FIELDS]
+    assert all(getattr(budgets, f) == getattr(DEFAULT_LIMITS, f) for f in per_agent)
 
 
 @pytest.mark.parametrize(("own", "run_budget"), [(1200, 1_000_000), (1_000_000, 1200)])
