@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Literal
 
+import pydantic
 import trio
 
 from . import spans
@@ -152,21 +153,22 @@ def _allowed_tools(parent: AgentNode, agent: Agent) -> dict[str, Tool]:
 
 
 def _starts(run: RunState, parent: AgentNode, call: ToolUseBlock) -> bool:
-    """Whether a spawn call passes the checks made before a child starts (its arguments, the
-    parent's subagents, the tools it may give). A call the policy refuses is not foreseen here:
-    in a turn where another spawn starts, it still takes its number and its slot."""
-    if not isinstance(call.input, Mapping) or not isinstance(call.input.get("task"), str):
+    """Whether a spawn call passes the checks made before a child starts: the spawn tool's own
+    argument validation (the one its handler gets, so an extra key or a wrong type is refused
+    here too) and the tools it may give. A call the policy refuses is not foreseen here: in a
+    turn where another spawn starts, it still takes its number and its slot."""
+    spawn_tool = parent.tools.get(SPAWN_TOOL)
+    if spawn_tool is None or not isinstance(call.input, Mapping):
         return False
-    name = call.input.get("agent")
-    agent = next((a for a in run.tree.subagents_of(parent.agent) if a.name == name), None)
-    if agent is None:
+    try:
+        arguments = spawn_tool.validate(call.input)
+    except pydantic.ValidationError:
         return False
-    requested = call.input.get("tools")
+    requested = arguments["tools"]
     if requested is None:
         return True
-    return isinstance(requested, list) and set(map(str, requested)) <= set(
-        _allowed_tools(parent, agent)
-    )
+    agent = run.tree.by_name[arguments["agent"]]
+    return set(requested) <= set(_allowed_tools(parent, agent))
 
 
 _NO_LIMITS = Limits()

@@ -843,6 +843,33 @@ async def test_spawns_refused_for_their_arguments_take_no_slot() -> None:
     assert [c.path for c in lead_result.children] == ["root/lead#1/worker#1"]
 
 
+async def test_a_spawn_the_tool_schema_rejects_takes_no_slot_and_no_number() -> None:
+    worker = Agent("worker", "Work.", description="works")
+    lead = Agent("lead", "Lead.", subagents=[worker], limits=Limits(max_children=2))
+    bad_arguments = [
+        {"agent": "worker", "task": "x", "extra": 1},  # the schema forbids extra keys
+        {"agent": "worker", "task": "x", "tools": "search"},  # not a list
+        {"agent": "worker", "task": 7},  # not a string
+    ]
+    for bad in bad_arguments:
+        model = ScriptedModel(
+            {
+                "lead": [
+                    [
+                        tool_call("spawn_subagent", bad),
+                        tool_call("spawn_subagent", {"agent": "worker", "task": "b"}),
+                        tool_call("spawn_subagent", {"agent": "worker", "task": "c"}),
+                    ],
+                    text("done"),
+                ],
+                "worker": [text("ok")],
+            }
+        )
+        result = await run(lead, "go", model=model)
+        assert [c.path for c in result.children] == ["lead/worker#1", "lead/worker#2"], bad
+        assert [r.is_error for r in tool_results(result.messages[2:3])] == [True, False, False]
+
+
 def test_the_spawn_tool_is_built_once_per_set_of_definitions_and_reflects_them() -> None:
     from orchestrator.spawn import build_spawn_tool
 
