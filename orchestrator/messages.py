@@ -88,6 +88,7 @@ class ToolResultBlock:
 Block: TypeAlias = (
     TextBlock | ThinkingBlock | RedactedThinkingBlock | ToolUseBlock | ToolResultBlock
 )
+_BLOCK_TYPES = (TextBlock, ThinkingBlock, RedactedThinkingBlock, ToolUseBlock, ToolResultBlock)
 
 
 @quick_init
@@ -241,6 +242,15 @@ def transcript_problem(messages: Sequence[Message]) -> str | None:
     """
     if not messages:
         return None
+    for i, message in enumerate(messages):
+        if not isinstance(message, Message):
+            return f"item {i} is a {type(message).__name__}, not a Message"
+        if message.role not in ("user", "assistant"):
+            return f"message {i} has role {message.role!r}; roles are 'user' and 'assistant'"
+        if not isinstance(message.content, tuple) or not all(
+            isinstance(b, _BLOCK_TYPES) for b in message.content
+        ):
+            return f"message {i}'s content is not a tuple of content blocks"
     if messages[0].role != "user":
         return "the first message must be the user's"
     pending: list[str] = []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import trio
 
@@ -13,6 +15,7 @@ from orchestrator import (
     RunFailedError,
     RunResult,
     RunStatus,
+    TextBlock,
     ToolContext,
     ToolResultBlock,
     ToolUseBlock,
@@ -431,6 +434,23 @@ async def test_a_message_history_that_cannot_be_continued_is_refused_before_any_
         await run(agent, "next", message_history=unanswered)
     with pytest.raises(ConfigurationError, match="first message"):
         await run(agent, "next", message_history=[Message.assistant("hello")])
+
+
+@pytest.mark.parametrize(
+    ("history", "problem"),
+    [
+        ([{"role": "user", "content": "hi"}], "item 0 is a dict, not a Message"),
+        (["hello"], "item 0 is a str, not a Message"),
+        ([Message("user", "hello")], "content is not a tuple of content blocks"),  # type: ignore[arg-type]
+        ([Message.user("a"), Message("system", (TextBlock("b"),))], "role 'system'"),  # type: ignore[arg-type]
+    ],
+)
+async def test_a_message_history_of_the_wrong_shape_is_a_configuration_error(
+    history: list[Any], problem: str
+) -> None:
+    agent = Agent("a", "i", model=ScriptedModel([text("hi")]))
+    with pytest.raises(ConfigurationError, match=problem):
+        await run(agent, "next", message_history=history)
 
 
 async def test_the_open_run_blocks_own_exception_keeps_its_chain() -> None:
