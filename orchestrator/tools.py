@@ -115,7 +115,16 @@ class Tool:
             raise ConfigurationError(
                 f"tool name {self.name!r} is reserved for the runtime; rename the tool"
             )
-        summary, param_docs = _parse_docstring(inspect.getdoc(fn) or "")
+        runs = _annotated(fn)
+        if inspect.isgeneratorfunction(runs) or inspect.isasyncgenfunction(runs):
+            raise ConfigurationError(
+                f"tool {self.name!r} is a generator function; a tool returns its whole result "
+                "(collect the items into a list or a string)"
+            )
+        doc = runs.__doc__  # its own (inspect.getdoc would find "Call self as a function.")
+        if doc is None and not isinstance(fn, functools.partial):  # not functools' docstring
+            doc = inspect.getdoc(fn)  # a callable object's class
+        summary, param_docs = _parse_docstring(inspect.cleandoc(doc) if doc else "")
         self.description = description if description is not None else summary
         self.idempotent = idempotent
         self.max_retries = max_retries if idempotent else 0
@@ -250,12 +259,23 @@ def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
     return "\n".join(summary_lines).strip(), params
 
 
+def _annotated(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Where ``fn``'s code and type hints are: a partial's function, a callable object's
+    ``__call__``, else ``fn`` itself."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if inspect.isroutine(fn) or inspect.isclass(fn):
+        return fn
+    call: Callable[..., Any] = getattr(fn, "__call__", fn)  # noqa: B004 - a callable object
+    return call
+
+
 def _build_args_model(
     tool_name: str, fn: Callable[..., Any], param_docs: Mapping[str, str]
 ) -> tuple[bool, type[pydantic.BaseModel], dict[str, Any]]:
     """Whether ``fn`` takes a ToolContext, its arguments model, and that model's JSON schema."""
     try:
-        hints = typing.get_type_hints(fn, include_extras=True)
+        hints = typing.get_type_hints(_annotated(fn), include_extras=True)
     except Exception as exc:
         raise ConfigurationError(
             f"tool {tool_name!r}: cannot resolve its type hints: {exc}"

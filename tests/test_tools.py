@@ -408,6 +408,46 @@ async def test_a_decorated_tool_runs_as_what_its_wrapper_returns(fn):
     assert (res.content, res.is_error) == ("42", False)
 
 
+class _Doubler:
+    """Double a number."""
+
+    async def __call__(self, x: int) -> str:
+        return str(2 * x)
+
+
+async def _scale(factor: int, x: int) -> str:
+    """Multiply a number."""
+    return str(factor * x)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [_Doubler(), functools.partial(_scale, 2)],
+    ids=["callable-object", "partial"],
+)
+async def test_a_callable_object_or_a_partial_is_a_tool_described_by_what_it_calls(fn):
+    t = tool(fn, name="double")
+    assert list(t.input_schema["properties"]) == ["x"]
+    assert t.description in ("Double a number.", "Multiply a number.")
+    _, res = await call_once(t, {"x": 21}, limits=Limits(tool_timeout=5))
+    assert (res.content, res.is_error) == ("42", False)
+
+
+def test_a_generator_function_is_not_a_tool():
+    def numbers(n: int):  # type: ignore[no-untyped-def]
+        """Count."""
+        yield from range(n)
+
+    async def stream(n: int):  # type: ignore[no-untyped-def]
+        """Count slowly."""
+        for i in range(n):
+            yield i
+
+    for fn in (numbers, stream):
+        with pytest.raises(ConfigurationError, match="generator function"):
+            tool(fn)
+
+
 async def _awaits() -> None:
     await trio.sleep(0)
 
