@@ -624,6 +624,16 @@ def _otlp_exporter(endpoint: str, protocol: Protocol, timeout: float) -> SpanExp
     return cast(SpanExporter, HttpExporter(endpoint=endpoint, timeout=timeout))
 
 
+def _check_writable_folder(folder: Path) -> None:
+    """Refuse a trace file that could never be written, before the run (not after it)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigurationError(f"cannot create the trace folder {folder}: {exc}") from None
+    if not os.access(folder, os.W_OK):
+        raise ConfigurationError(f"cannot write trace files to {folder}: permission denied")
+
+
 def configure_tracing(
     *,
     service_name: str | None = None,
@@ -666,23 +676,6 @@ def configure_tracing(
     if max_queue_size < 1:
         raise ConfigurationError("max_queue_size must be at least 1")
 
-    owns_provider = False
-    if tracer_provider is None:
-        from opentelemetry import trace
-
-        current = trace.get_tracer_provider()
-        if set_global and isinstance(current, TracerProvider):
-            tracer_provider = current
-        else:
-            # shutdown_on_exit=False: the SDK's own atexit hook would call the unbounded
-            # shutdown; TracingSetup registers its bounded one instead.
-            tracer_provider = TracerProvider(
-                resource=_build_resource(service_name), shutdown_on_exit=False
-            )
-            owns_provider = True
-            if set_global:
-                trace.set_tracer_provider(tracer_provider)
-
     names, explicit = _selected_exporters()
     resolved_endpoint = resolve_otlp_endpoint(endpoint, protocol)
     use_otlp = "otlp" in names or (not explicit and resolved_endpoint is not None)
@@ -710,7 +703,25 @@ def configure_tracing(
         exporters.append(_CountingExporter(ConsoleSpanExporter(out=sys.stderr), "console"))
     if not use_otlp and "none" not in names and (run_file is not None or runs_dir is not None):
         trace_file = run_file if run_file is not None else _default_trace_file(cast(Path, runs_dir))
+        _check_writable_folder(trace_file.parent)
         exporters.append(_CountingExporter(OtlpJsonLinesExporter(trace_file), "file"))
+
+    owns_provider = False
+    if tracer_provider is None:
+        from opentelemetry import trace
+
+        current = trace.get_tracer_provider()
+        if set_global and isinstance(current, TracerProvider):
+            tracer_provider = current
+        else:
+            # shutdown_on_exit=False: the SDK's own atexit hook would call the unbounded
+            # shutdown; TracingSetup registers its bounded one instead.
+            tracer_provider = TracerProvider(
+                resource=_build_resource(service_name), shutdown_on_exit=False
+            )
+            owns_provider = True
+            if set_global:
+                trace.set_tracer_provider(tracer_provider)
 
     processors = [_CountingBatchSpanProcessor(e, max_queue_size=max_queue_size) for e in exporters]
     for processor in processors:

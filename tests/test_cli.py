@@ -360,6 +360,14 @@ def test_a_missing_file_is_a_one_line_error(work: Path) -> None:
     assert "no such file" in line and "nowhere.py" in line
 
 
+def test_a_runs_dir_that_cannot_be_created_is_a_one_line_error_before_the_run(work: Path) -> None:
+    (work / "a_file").write_text("not a folder")
+    line = one_line_error(
+        orchestrator(work, "run", "agents.py", "go", "--runs-dir", str(work / "a_file" / "runs"))
+    )
+    assert "trace folder" in line and "a_file" in line
+
+
 def test_a_file_that_raises_on_import_is_a_one_line_error(work: Path) -> None:
     (work / "bad.py").write_text("import os\n\nraise ValueError('boom at import')\n")
     line = one_line_error(orchestrator(work, "run", "bad.py", "go"))

@@ -489,6 +489,14 @@ def test_runs_dir_gets_a_fresh_file_and_no_file_without_spans(tmp_path: Path) ->
     assert not setup.trace_file.exists()  # nothing traced, nothing written
 
 
+def test_a_trace_folder_that_cannot_be_created_is_refused_before_anything_is_set_up(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "a_file").write_text("not a folder")
+    with pytest.raises(ConfigurationError, match="trace folder"):
+        configure_tracing(runs_dir=tmp_path / "a_file" / "runs", set_global=False)
+
+
 def test_otlp_json_round_trips_to_the_same_protobuf() -> None:
     provider = TracerProvider()
     memory = InMemorySpanExporter()
