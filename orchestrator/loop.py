@@ -905,7 +905,12 @@ async def _call_one(
             cap = node.context.result_caps.get(call.name)
             if cap is not None and cap < runtime.max_result_chars:
                 runtime = dataclasses.replace(runtime, max_result_chars=cap)
-            result = await execute(t, call, ctx, runtime)
+            try:
+                result = await execute(t, call, ctx, runtime)
+            except BaseException:
+                if run.events.enabled:  # a call cut off still ends, for a progress display
+                    run.events.emit(ToolFinished(node.path, call.name, call.id, True))
+                raise
         results[index] = result
         if run.tracer:
             spans.record_tool_result(s, result, run.capture)

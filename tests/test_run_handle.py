@@ -205,6 +205,19 @@ async def test_cancel_emits_a_final_agent_finished_event_with_status_cancelled(a
     assert events[-1].status == "cancelled"
 
 
+async def test_a_tool_call_cut_by_a_cancel_still_gets_its_tool_finished_event(autojump_clock):
+    model = ScriptedModel([tool_call("nap", {"seconds": 1000, "label": "x"}), text("never")])
+    async with open_run(agent_for(model), "go") as handle:
+        events = []
+        async for ev in handle.events:
+            events.append(ev)
+            if kind(ev) == "ToolStarted":
+                handle.cancel()
+    (started,) = [e for e in events if kind(e) == "ToolStarted"]
+    (finished,) = [e for e in events if kind(e) == "ToolFinished"]
+    assert (finished.call_id, finished.is_error) == (started.call_id, True)
+
+
 async def test_leaving_open_run_early_cancels_the_run_and_keeps_its_result(autojump_clock):
     model = ScriptedModel([tool_call("nap", {"seconds": 1000, "label": "x"}), text("never")])
     async with open_run(agent_for(model), "go") as handle:
