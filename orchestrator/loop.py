@@ -88,10 +88,10 @@ CONTINUE_PROMPT = (
 class Quota:
     """A counted allowance (agents per run), optionally nested in a parent's."""
 
-    def __init__(self, limit: int | None, parent: Quota | None = None) -> None:
+    def __init__(self, limit: int | None, parent: Quota | None = None, used: int = 0) -> None:
         self.limit = limit
         self.parent = parent
-        self.used = 0
+        self.used = used
 
     def try_take(self) -> bool:
         node: Quota | None = self
@@ -104,6 +104,13 @@ class Quota:
         for q in chain:
             q.used += 1
         return True
+
+    def give_back(self, count: int) -> None:
+        """Return ``count`` taken and unused allowances to this quota and its parents."""
+        node: Quota | None = self
+        while node is not None:
+            node.used -= count
+            node = node.parent
 
 
 @dataclass(eq=False)
@@ -233,7 +240,7 @@ class AgentNode:
     assistant_turns: int = 0
     """Assistant messages in the transcript (kept as it changes; test models index by it)."""
     spawns: Any = None
-    """Bookkeeping of the spawn tool (spawn.SpawnBook); opaque to the loop."""
+    """Bookkeeping of the spawn tool (spawn.SpawnBook): the loop only says when EXECUTE ends."""
     context: ContextPolicy = field(default_factory=ContextPolicy)
     turn_log: list[TurnContext] = field(default_factory=list)
     parent: AgentNode | None = None
@@ -847,12 +854,16 @@ async def _execute(
     results: list[ToolResultBlock | None] = [None] * len(calls)
     node.in_flight = results
     node.started_calls.clear()  # ids may repeat across turns: only this step's count
-    if len(calls) == 1:
-        await _call_one(node, run, 0, calls[0], results)
-    else:
-        async with trio.open_nursery() as nursery:
-            for i, call in enumerate(calls):
-                nursery.start_soon(_call_one, node, run, i, call, results)
+    try:
+        if len(calls) == 1:
+            await _call_one(node, run, 0, calls[0], results)
+        else:
+            async with trio.open_nursery() as nursery:
+                for i, call in enumerate(calls):
+                    nursery.start_soon(_call_one, node, run, i, call, results)
+    finally:
+        if node.spawns is not None:  # allowances taken for this step's spawns and not used
+            node.spawns.end_step(node)
     node.in_flight = None
     return typing.cast("tuple[ToolResultBlock, ...]", tuple(results))  # every slot is filled
 

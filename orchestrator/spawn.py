@@ -96,7 +96,7 @@ class SpawnBook:
     or another provider, may use the same id again in a later turn).
     """
 
-    __slots__ = ("ordinal", "per_agent", "slot", "started_in_turn", "turn")
+    __slots__ = ("granted", "ordinal", "per_agent", "slot", "started_in_turn", "turn")
 
     def __init__(self) -> None:
         self.turn: int | None = None
@@ -107,10 +107,27 @@ class SpawnBook:
         """Call position in the turn's reply -> its position among the turn's valid spawns."""
         self.per_agent: dict[str, int] = {}
         self.started_in_turn: dict[int, int] = {}
+        self.granted: set[int] = set()
+        """Call positions of the turn holding one of the run's agents (``max_agents``)."""
+
+    def grant_agents(self, quota: Quota, free_slots: int) -> None:
+        """Take the run's agent allowances (``max_agents``) for this turn's spawns at once, in
+        call order, so which calls a full run refuses does not depend on the order in which
+        trio starts them. Only calls within ``max_children`` get one."""
+        for position, slot in self.slot.items():  # in call order
+            if slot < free_slots and quota.try_take():
+                self.granted.add(position)
+
+    def end_step(self, parent: AgentNode) -> None:
+        """The parent's EXECUTE step ended: give back what its calls took and did not use
+        (a spawn an approver declined, or one cut off before its child started)."""
+        if self.granted:
+            parent.agent_quota.give_back(len(self.granted))
+            self.granted.clear()
 
     def number_turn(
         self, turn: int, messages: list[Message], valid: Callable[[ToolUseBlock], bool]
-    ) -> None:
+    ) -> bool:
         """Number the valid spawn calls of ``turn``'s reply (the last message), once.
 
         Called when the turn's first spawn starts: a turn in which none starts (all refused or
@@ -120,13 +137,14 @@ class SpawnBook:
         number and no slot.
         """
         if turn == self.turn:
-            return
+            return False
         if self.turn is None:
             for message in messages[:-1]:
                 if message.role == "assistant":
                     self._number(message, valid)
         self.turn = turn
         self.ordinal, self.slot = self._number(messages[-1], valid)
+        return True
 
     def _number(
         self, message: Message, valid: Callable[[ToolUseBlock], bool]
@@ -198,23 +216,27 @@ def make_child(
     book = parent.spawns if isinstance(parent.spawns, SpawnBook) else SpawnBook()
     parent.spawns = book
     turn, position = key
-    book.number_turn(turn, parent.messages, partial(_starts, run, parent))
+    max_children = parent.limits.max_children or 0
+    if book.number_turn(turn, parent.messages, partial(_starts, run, parent)):
+        book.grant_agents(parent.agent_quota, max_children - len(parent.children))
     started_earlier = len(parent.children) - book.started_in_turn.get(turn, 0)
     slot = started_earlier + book.slot.get(position, position)
-    max_children = parent.limits.max_children or 0
     if slot >= max_children:
         raise ToolError(
             f"{parent.agent.name!r} may start at most {max_children} subagents (max_children) "
             "and has used them all; finish the task with what you have"
         )
-    own = agent.limits or _NO_LIMITS
-    quota = (
-        parent.agent_quota if own.max_agents is None else Quota(own.max_agents, parent.agent_quota)
-    )
-    if not quota.try_take():
+    if position not in book.granted:
         raise ToolError(
             "the run reached max_agents; no more subagents can start. Finish with what you have"
         )
+    book.granted.discard(position)
+    own = agent.limits or _NO_LIMITS
+    quota = (  # a subtree's own max_agents counts the child itself
+        parent.agent_quota
+        if own.max_agents is None
+        else Quota(own.max_agents, parent.agent_quota, used=1)
+    )
     ledger = parent.ledger
     if own.token_budget is not None or own.cost_budget_usd is not None:
         ledger = Ledger(own.token_budget, own.cost_budget_usd, parent.ledger)

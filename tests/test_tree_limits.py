@@ -609,6 +609,34 @@ async def test_max_agents_counts_the_root_and_every_child_across_levels() -> Non
     assert all("max_agents" in b.content for b in refusals)
 
 
+async def test_which_spawns_max_agents_refuses_follows_call_order_not_scheduling() -> None:
+    for _ in range(12):  # trio starts a turn's calls in a different order each time
+        script = Script({"lead": [[spawn("worker", f"t{i}") for i in range(5)]]})
+        lead = Agent("lead", "L.", subagents=[Agent("worker", "W.")], model=script.model)
+
+        result = await run(lead, "q", limits=Limits(max_agents=3))
+
+        assert [c.path for c in result.children] == ["lead/worker#1", "lead/worker#2"]
+        refused = [b.is_error for b in tool_results(result.messages)]
+        assert refused == [False, False, True, True, True]
+
+
+async def test_an_agent_allowance_a_declined_spawn_held_is_given_back_after_its_step() -> None:
+    script = Script(
+        {"lead": [[spawn("worker", "declined"), spawn("worker", "a")], [spawn("worker", "b")]]}
+    )
+    lead = Agent("lead", "L.", subagents=[Agent("worker", "W.")], model=script.model)
+    policy = Policy(
+        rules={"spawn_subagent": "confirm"}, approver=lambda call: call.input["task"] != "declined"
+    )
+
+    result = await run(lead, "q", limits=Limits(max_agents=3), policy=policy)
+
+    # the lead and two workers: the declined call's allowance went back when its turn ended
+    assert [c.path for c in result.children] == ["lead/worker#2", "lead/worker#3"]
+    assert all(c.status is RunStatus.COMPLETED for c in result.children)
+
+
 # ---------------------------------------------------------------------------------------------
 # max_concurrency
 
