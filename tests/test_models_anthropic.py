@@ -553,6 +553,19 @@ async def test_a_429_that_ends_a_call_still_holds_the_gate(
         assert trio.current_time() - t0 == pytest.approx(60, abs=0.1)
 
 
+_MESSAGE_START = {
+    "type": "message_start",
+    "message": {"id": "msg_1", "model": "claude-sonnet-5-5", "usage": {"input_tokens": 5}},
+}
+
+
+def _sse(*events: tuple[str, Any]) -> bytes:
+    """An SSE body of these events (a well-formed stream of badly shaped events)."""
+    return b"".join(
+        f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events
+    )
+
+
 @pytest.mark.parametrize(
     "failure",
     [
@@ -564,6 +577,22 @@ async def test_a_429_that_ends_a_call_still_holds_the_gate(
         StreamError("overloaded_error", "Overloaded"),
         StreamError("api_error", "Internal server error"),
         Malformed(),
+        Malformed(_sse(("message_start", {"type": "message_start", "message": "oops"}))),
+        Malformed(
+            _sse(
+                ("message_start", _MESSAGE_START),
+                (
+                    "content_block_start",
+                    {"type": "content_block_start", "index": 0, "content_block": "text"},
+                ),
+            )
+        ),
+        Malformed(
+            _sse(
+                ("message_start", _MESSAGE_START),
+                ("message_delta", {"type": "message_delta", "delta": [1], "usage": {}}),
+            )
+        ),
     ],
     ids=[
         "529",
@@ -574,6 +603,9 @@ async def test_a_429_that_ends_a_call_still_holds_the_gate(
         "mid-stream-overloaded",
         "mid-stream-api-error",
         "malformed",
+        "message-not-an-object",
+        "content-block-not-an-object",
+        "delta-not-an-object",
     ],
 )
 async def test_transient_failures_are_retried(
@@ -652,8 +684,19 @@ async def test_fatal_errors_are_not_retried_and_never_show_the_key(
     assert len(server.requests) == 2  # one each: not retried
 
 
-async def test_prompt_too_long_is_not_fatal(server: FakeMessagesServer) -> None:
-    server.push(Error(400, "invalid_request_error", "prompt is too long: 1200000 tokens > 1000000"))
+@pytest.mark.parametrize(
+    "message",
+    [
+        "prompt is too long: 1200000 tokens > 1000000",
+        "input length and `max_tokens` exceed context limit: 197000 + 8192 > 200000, "
+        "decrease input length or `max_tokens` and try again",
+    ],
+    ids=["prompt-too-long", "input-and-max-tokens-exceed-the-limit"],
+)
+async def test_an_input_too_long_for_the_context_window_is_not_fatal(
+    server: FakeMessagesServer, message: str
+) -> None:
+    server.push(Error(400, "invalid_request_error", message))
     async with open_ctx() as ctx:
         with pytest.raises(ModelError) as caught:
             await model_for(server).request(make_request(), ctx)

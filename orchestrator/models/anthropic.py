@@ -341,6 +341,9 @@ _STREAM_ERROR_KINDS: Final[Mapping[str, tuple[str, bool, bool]]] = MappingProxyT
     }
 )
 
+# How a 400 says that the input (with max_tokens) does not fit the model's context window.
+_TOO_LONG_SIGNS: Final = ("prompt is too long", "context window", "exceed context limit")
+
 
 def _one_line(text: str) -> str:
     text = " ".join(text.split())
@@ -392,9 +395,8 @@ def _classify(exc: Exception) -> _Failure | None:
                 etype, (etype or "api_error", False, False)
             )
         elif status == 400:
-            too_long = (
-                "prompt is too long" in message.lower() or "context window" in message.lower()
-            )
+            lowered = message.lower()  # one agent's input too long: it may compact, not fatal
+            too_long = any(sign in lowered for sign in _TOO_LONG_SIGNS)
             kind, retryable, fatal = (
                 ("context_exceeded", False, False) if too_long else ("invalid_request", False, True)
             )
@@ -500,7 +502,8 @@ class _Assembler:
             return
         try:
             self._feed(str(kind), payload)
-        except (_BadResponse, KeyError, TypeError, ValueError) as exc:
+        # AttributeError: a field that should be an object is a string or a list
+        except (_BadResponse, AttributeError, KeyError, TypeError, ValueError) as exc:
             self.failure = _Failure(
                 "malformed_response", _one_line(f"unexpected {kind} event: {exc}"), retryable=True
             )
