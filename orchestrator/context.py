@@ -137,6 +137,50 @@ def clear_old_results(messages: list[Message], after: int, batch: int) -> tuple[
     return out, len(due)
 
 
+def shorten_kept_results(messages: list[Message], max_chars: int) -> list[Message]:
+    """Cut the results clearing keeps (subagent answers) to equal shares of what is left of
+    ``max_chars`` after everything else, so that a checkpoint request after an overflow fits.
+
+    Each cut result keeps its beginning and says it was cut; the transcript itself is not
+    changed (only the checkpoint request is built from this).
+    """
+    kept: list[tuple[int, int]] = []
+    other_chars = 0
+    for i, message in enumerate(messages):
+        for j, block in enumerate(message.content):
+            if isinstance(block, ToolResultBlock) and not block.content.startswith(CLEARED_PREFIX):
+                kept.append((i, j))
+            else:
+                other_chars += _block_chars(block)
+    if not kept:
+        return messages
+    share = max(_MIN_KEPT_CHARS, (max_chars - other_chars) // len(kept))
+    out = list(messages)
+    for i, j in kept:
+        content = list(out[i].content)
+        old = content[j]
+        assert isinstance(old, ToolResultBlock)
+        if len(old.content) > share:
+            content[j] = ToolResultBlock(
+                old.tool_use_id,
+                f"{old.content[:share]}\n[cut to {share} characters for the checkpoint]",
+                old.is_error,
+            )
+            out[i] = Message(out[i].role, tuple(content))
+    return out
+
+
+_MIN_KEPT_CHARS = 400
+
+
+def _block_chars(block: object) -> int:
+    if isinstance(block, TextBlock):
+        return len(block.text)
+    if isinstance(block, ToolUseBlock):
+        return len(block.name) + len(canonical_json(block.input))
+    return len(getattr(block, "content", "") or getattr(block, "thinking", ""))
+
+
 def _short_args(call: ToolUseBlock) -> str:
     text = canonical_json(call.input)[1:-1]
     return text if len(text) <= 80 else text[:77] + "..."

@@ -32,6 +32,7 @@ from .context import (
     TurnContext,
     clear_old_results,
     compacted_transcript,
+    shorten_kept_results,
     summary_request,
 )
 from .errors import ModelError
@@ -504,7 +505,7 @@ async def _generate_step(
         and not state.context_retry
     ):
         state.context_retry = True
-        if not await _compact(node, run, state.specs, overflow=True):
+        if not await _compact(node, run, state, overflow=True):
             return None
         compacted = True
         estimate = node.estimate()
@@ -552,7 +553,7 @@ async def _generate_step(
         # the reply was cut by a full context window: it is not kept, a checkpoint summary
         # replaces the transcript, and the next turn asks again
         state.context_retry = True
-        if await _compact(node, run, state.specs, overflow=True):
+        if await _compact(node, run, state, overflow=True):
             state.compacted_since_last_turn = True
             _check_turns(node, state, "after compacting")
         return None
@@ -682,17 +683,18 @@ async def _fit_context(node: AgentNode, run: RunState, state: _LoopState) -> tup
             node.replace_messages(messages)
     threshold = state.compaction_threshold
     if threshold is not None and node.estimate() > threshold and len(node.messages) > 1:
-        return cleared, await _compact(node, run, state.specs)
+        return cleared, await _compact(node, run, state)
     return cleared, False
 
 
 async def _compact(
-    node: AgentNode, run: RunState, specs: list[ToolSpec], *, overflow: bool = False
+    node: AgentNode, run: RunState, state: _LoopState, *, overflow: bool = False
 ) -> bool:
     """Replace the transcript by a checkpoint summary the model writes; False if the agent ended.
 
     After the provider refused the input as too long (``overflow``), the summary request
-    cannot carry the same transcript: every tool result is cleared from it first.
+    cannot carry the same transcript: every tool result is cleared from it first, and the
+    subagent answers clearing keeps are cut to fit half of the compaction threshold.
     """
     with spans.span(
         run.tracer,
@@ -703,8 +705,11 @@ async def _compact(
         source = node.messages
         if overflow:
             source, _ = clear_old_results(source, after=0, batch=1)
+            if state.compaction_threshold is not None:  # estimated tokens: characters / 4
+                room = state.compaction_threshold * 2 - node._fixed_chars
+                source = shorten_kept_results(source, room)
         response = await _generate(
-            node, run, specs, node.agent.max_output_tokens, messages=summary_request(source)
+            node, run, state.specs, node.agent.max_output_tokens, messages=summary_request(source)
         )
         summary = text_of(response.content) if isinstance(response, ModelResponse) else ""
         if node.status is not None:

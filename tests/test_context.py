@@ -35,7 +35,7 @@ from orchestrator import (
     run,
     tool,
 )
-from orchestrator.context import CLEARED_PREFIX, ContextPolicy
+from orchestrator.context import CLEARED_PREFIX, RESUME_HEADER, ContextPolicy
 from orchestrator.models import FunctionModel, ModelRequest, response, text, tool_call
 
 TASK = "Read the documents in order, one per turn, and report the code word."
@@ -672,6 +672,43 @@ async def test_overflow_recovery_works_with_a_window_that_applies_to_every_reque
     policy = ContextPolicy(compact_at_tokens=int(window * 0.9))
     result = await run(reader_agent(reader), TASK, limits=BIG, context=policy)
     assert result.status is RunStatus.COMPLETED, result.error
+
+
+async def test_a_lead_whose_transcript_is_mostly_subagent_answers_recovers_from_an_overflow() -> (
+    None
+):
+    """Clearing keeps subagent answers (they cannot be had again by calling again); the
+    checkpoint request after an overflow cuts them to fit instead of sending them whole."""
+    window = 6_000  # real tokens, counted as characters / 3 on every request
+    checkpoints: list[ModelRequest] = []
+
+    def answer(request: ModelRequest) -> Any:
+        real_tokens = (len(request.system) + sum(block_chars(m) for m in request.messages)) // 3
+        if real_tokens > window:
+            raise ModelError("prompt is too long", kind="context_exceeded")
+        if request.agent.name == "worker":
+            return text("finding: " + "evidence " * 450)  # ~4,000 characters
+        if is_checkpoint(request):
+            checkpoints.append(request)
+            return text("Goal: gather findings. Evidence: every worker answered. Work left: none.")
+        if any(RESUME_HEADER in t for t in texts(request)):  # continuing after compaction
+            return text("All workers answered.")
+        spawned = sum(len(m.tool_uses) for m in request.messages if m.role == "assistant")
+        return tool_call("spawn_subagent", {"agent": "worker", "task": f"batch {spawned}"})
+
+    worker = Agent("worker", "Work.", description="works")
+    lead = Agent("lead", "Lead.", subagents=[worker], model=FunctionModel(answer))
+    policy = ContextPolicy(compact_at_tokens=int(window * 0.9))
+
+    result = await run(lead, "gather", limits=BIG, context=policy)
+
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.output == "All workers answered."
+    assert len(checkpoints) == 1
+    assert "[cut to" in " ".join(
+        b.content for m in checkpoints[0].messages for b in m.content if b.type == "tool_result"
+    )
+    check_transcript(result.messages)
 
 
 # --------------------------------------------------------------------------------------------
