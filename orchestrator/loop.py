@@ -231,6 +231,7 @@ class AgentNode:
     children: list[tuple[tuple[int, int], AgentNode]] = field(default_factory=list)
     status: RunStatus | None = None
     error: str | None = None
+    error_without_content: str | None = None
     output: str = ""
     turns: int = 0
     started_at: float = 0.0
@@ -274,8 +275,19 @@ class AgentNode:
         self._chars = sum(_message_chars(m) for m in messages)
         self.assistant_turns = sum(1 for m in messages if m.role == "assistant")
 
-    def finish(self, status: RunStatus, error: str | None = None, output: str = "") -> None:
-        """End the agent, closing any unanswered tool calls so the transcript stays valid."""
+    def finish(
+        self,
+        status: RunStatus,
+        error: str | None = None,
+        output: str = "",
+        *,
+        error_without_content: str | None = None,
+    ) -> None:
+        """End the agent, closing any unanswered tool calls so the transcript stays valid.
+
+        ``error_without_content``: the reason for spans when content capture is off, if
+        ``error`` quotes a tool result or a model's text.
+        """
         if self.status is not None:
             return
         last = self.messages[-1] if self.messages else None
@@ -300,7 +312,14 @@ class AgentNode:
         self.status = status
         # a one-line reason, whatever the error text it quotes
         self.error = " ".join(redact(error).split()) if error else None
+        self.error_without_content = error_without_content
         self.output = output
+
+    def traced_error(self, capture: bool) -> str | None:
+        """The reason spans record: without quoted content unless content capture is on."""
+        if capture or self.error_without_content is None:
+            return self.error
+        return self.error_without_content
 
     def subtree_usage(self) -> Usage:
         total = self.own_usage
@@ -405,7 +424,9 @@ async def run_agent(node: AgentNode, run: RunState) -> None:
                 s.set_attributes(spans.usage_attributes("orchestrator.own_usage", node.own_usage))
                 s.set_attribute("orchestrator.turns", node.turns)
                 s.set_attribute("orchestrator.children", len(node.children))
-                spans.record_outcome(s, node.status.value if node.status else "error", node.error)
+                spans.record_outcome(
+                    s, node.status.value if node.status else "error", node.traced_error(run.capture)
+                )
             if run.events.enabled:
                 run.events.emit(
                     AgentFinished(
@@ -477,7 +498,9 @@ async def _loop(node: AgentNode, run: RunState) -> None:
                 raise
             if run.tracer:  # a turn that ends the agent states its outcome; others went on ("ok")
                 spans.record_outcome(
-                    turn_span, node.status.value if node.status else "ok", node.error
+                    turn_span,
+                    node.status.value if node.status else "ok",
+                    node.traced_error(run.capture),
                 )
 
 
@@ -621,10 +644,14 @@ def _resume_step(node: AgentNode, state: _LoopState, results: tuple[ToolResultBl
     failed = all(map(_IS_ERROR, results))  # map, not a generator: most turns have one result
     state.error_turns = state.error_turns + 1 if failed else 0
     if state.error_turns >= state.max_errors:
+        reason = (
+            f"every tool call failed in {state.error_turns} consecutive "
+            f"turn{'s' if state.error_turns != 1 else ''}"
+        )
         node.finish(
             RunStatus.ERROR_THRESHOLD,
-            f"every tool call failed in {state.error_turns} consecutive "
-            f"turn{'s' if state.error_turns != 1 else ''}; last error: {results[-1].content[:200]}",
+            f"{reason}; last error: {results[-1].content[:200]}",
+            error_without_content=reason,
         )
 
 

@@ -238,11 +238,14 @@ def tool_attributes(
     return attrs
 
 
+_TOOL_ERROR_NOT_CAPTURED = "the tool call failed (its text is recorded with content capture on)"
+
+
 def record_tool_result(s: Span, result: ToolResultBlock, capture: bool) -> None:
     if not s.is_recording():
         return
-    if result.is_error:
-        record_outcome(s, "tool_error", result.content)
+    if result.is_error:  # an error text often quotes the call's input: it is content too
+        record_outcome(s, "tool_error", result.content if capture else _TOOL_ERROR_NOT_CAPTURED)
     else:
         record_outcome(s, "ok", None)
     if capture:

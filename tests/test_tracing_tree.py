@@ -1101,6 +1101,52 @@ def _assert_no_leak(spans: list[Rec], secret: str) -> None:
 
 
 @pytest.mark.parametrize("capture", [True, False])
+async def test_a_failing_tools_error_text_reaches_spans_only_with_content_capture(
+    capture: bool, sinks: Callable[[str], Sink], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An error text quotes the call's input (a file name, a record): it is content too, in the
+    tool's span and in the reason the turn and agent spans give for an error_threshold end."""
+    if capture:
+        monkeypatch.setenv(CAPTURE, "true")
+    private = "Jane Doe diagnosis"
+
+    @tool
+    async def open_record(name: str) -> str:
+        """Open a record.
+
+        Args:
+            name: the record's name
+        """
+        raise FileNotFoundError(f"no such record: {name!r}")
+
+    calls = [tool_call("open_record", {"name": f"{private} {i}"}) for i in range(3)]
+    agent = Agent("clerk", "You file records.", tools=[open_record])
+    sink = sinks("memory")
+    result = await run(
+        agent,
+        "Open the records.",
+        model=ScriptedModel([*calls, text("never")]),
+        limits=Limits(max_consecutive_errors=3),
+        tracer_provider=sink.provider,
+    )
+    assert result.status is RunStatus.ERROR_THRESHOLD
+    assert private in (result.error or "")  # the run's own result says what failed
+    spans = sink.collect()
+    holding = {
+        s.name
+        for s in spans
+        if private in s.status_message or private in json.dumps(s.attributes, default=str)
+    }
+    if capture:
+        assert {"execute_tool open_record", "turn clerk", "invoke_agent clerk"} <= holding
+    else:
+        assert holding == set()
+        tool_spans = [s for s in spans if s.name == "execute_tool open_record"]
+        assert [s.status for s in tool_spans] == ["ERROR"] * 3
+        assert all(s.attributes["error.type"] == "tool_error" for s in tool_spans)
+
+
+@pytest.mark.parametrize("capture", [True, False])
 async def test_secret_redacted_on_every_attribute_and_in_the_trace_file(
     capture: bool, sinks: Callable[[str], Sink], monkeypatch: pytest.MonkeyPatch
 ) -> None:
