@@ -270,6 +270,15 @@ def _annotated(fn: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
+def _bound_keywords(fn: Callable[..., Any]) -> frozenset[str]:
+    """Keyword arguments a partial (or a partial of a partial) fixes."""
+    names: set[str] = set()
+    while isinstance(fn, functools.partial):
+        names.update(fn.keywords)
+        fn = fn.func
+    return frozenset(names)
+
+
 def _build_args_model(
     tool_name: str, fn: Callable[..., Any], param_docs: Mapping[str, str]
 ) -> tuple[bool, type[pydantic.BaseModel], dict[str, Any]]:
@@ -282,7 +291,10 @@ def _build_args_model(
         ) from exc
     takes_context = False
     fields: dict[str, Any] = {}
+    bound = _bound_keywords(fn)
     for i, (pname, param) in enumerate(inspect.signature(fn).parameters.items()):
+        if pname in bound:  # fixed by the code that made the tool: neither shown nor settable
+            continue
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise ConfigurationError(
                 f"tool {tool_name!r}: *args and **kwargs cannot be described to a model"

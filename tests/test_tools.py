@@ -433,6 +433,20 @@ async def test_a_callable_object_or_a_partial_is_a_tool_described_by_what_it_cal
     assert (res.content, res.is_error) == ("42", False)
 
 
+async def test_a_keyword_a_partial_binds_is_neither_shown_to_the_model_nor_settable_by_it():
+    async def read_file(path: str, root: str) -> str:
+        """Read a file under a root folder."""
+        return f"read {root}/{path}"
+
+    t = tool(functools.partial(read_file, root="/srv/sandbox"), name="read_file")
+    assert list(t.input_schema["properties"]) == ["path"]
+    assert "/srv/sandbox" not in json.dumps(t.input_schema)
+    _, res = await call_once(t, {"path": "notes.txt"}, limits=Limits(tool_timeout=5))
+    assert (res.content, res.is_error) == ("read /srv/sandbox/notes.txt", False)
+    _, res = await call_once(t, {"path": "passwd", "root": "/etc"}, limits=Limits(tool_timeout=5))
+    assert res.is_error and "/etc/passwd" not in res.content
+
+
 def test_a_generator_function_is_not_a_tool():
     def numbers(n: int):  # type: ignore[no-untyped-def]
         """Count."""
