@@ -332,7 +332,10 @@ def _trace_file_named(run: str, runs_dir: Path) -> Path | None:
     if not runs_dir.is_dir() or Path(run).name != run or run in (".", ".."):
         return None  # only a bare name: no absolute path, folder or ``..`` to search with
     name = run if run.endswith(".jsonl") else f"{run}.jsonl"
-    found = [p for p in runs_dir.rglob(glob.escape(name)) if p.is_file() and _is_trace_file(p)]
+    files = [p for p in runs_dir.rglob(glob.escape(name)) if p.is_file()]
+    found = [p for p in files if _is_trace_file(p)]
+    if files and not found:  # say so, rather than "no saved trace matches"
+        raise TraceNotFoundError(f"{files[0]} is not a saved trace (no OTLP/JSON trace lines)")
     return found[0] if len(found) == 1 else None
 
 

@@ -339,6 +339,14 @@ def test_a_path_or_a_name_with_folders_that_matches_nothing_is_simply_not_found(
             resolve_run(missing, runs)
 
 
+def test_a_run_named_after_a_file_that_is_not_a_trace_says_so(tmp_path: Path) -> None:
+    write_run(tmp_path / "good.jsonl", "good", t0=T0)
+    (tmp_path / "events.jsonl").write_text('{"event": "started"}\n')
+    with pytest.raises(TraceNotFoundError, match=r"events\.jsonl is not a saved trace"):
+        resolve_run("events", tmp_path)
+    assert resolve_run("good", tmp_path).name == "good.jsonl"
+
+
 # --------------------------------------------------------------------------------------------
 # CLI entry points
 
