@@ -242,7 +242,8 @@ class AgentNode:
     assistant_turns: int = 0
     """Assistant messages in the transcript (kept as it changes; test models index by it)."""
     spawns: Any = None
-    """Bookkeeping of the spawn tool (spawn.SpawnBook): the loop only says when EXECUTE ends."""
+    """Bookkeeping of the spawn tool (spawn.SpawnBook), for nodes holding it: the loop tells it
+    which calls the policy declined and when EXECUTE ends."""
     context: ContextPolicy = field(default_factory=ContextPolicy)
     turn_log: list[TurnContext] = field(default_factory=list)
     parent: AgentNode | None = None
@@ -924,6 +925,8 @@ async def _call_one(
             )
         if refusal is not None:
             result = error_result(call.id, refusal)
+            if node.spawns is not None:  # a declined spawn's agent allowance goes back now
+                node.spawns.decline(node, node.turns, index)
             if s.is_recording():
                 s.set_attribute("orchestrator.refused", True)
         else:

@@ -96,7 +96,7 @@ class SpawnBook:
     or another provider, may use the same id again in a later turn).
     """
 
-    __slots__ = ("granted", "ordinal", "per_agent", "slot", "started_in_turn", "turn")
+    __slots__ = ("declined", "granted", "ordinal", "per_agent", "slot", "started_in_turn", "turn")
 
     def __init__(self) -> None:
         self.turn: int | None = None
@@ -109,18 +109,31 @@ class SpawnBook:
         self.started_in_turn: dict[int, int] = {}
         self.granted: set[int] = set()
         """Call positions of the turn holding one of the run's agents (``max_agents``)."""
+        self.declined: set[tuple[int, int]] = set()
+        """(turn, call position) of this step's calls the policy refused."""
 
     def grant_agents(self, quota: Quota, free_slots: int) -> None:
         """Take the run's agent allowances (``max_agents``) for this turn's spawns at once, in
         call order, so which calls a full run refuses does not depend on the order in which
-        trio starts them. Only calls within ``max_children`` get one."""
+        trio starts them. Only calls within ``max_children`` and not declined get one."""
         for position, slot in self.slot.items():  # in call order
+            if (self.turn, position) in self.declined:
+                continue
             if slot < free_slots and quota.try_take():
                 self.granted.add(position)
 
+    def decline(self, parent: AgentNode, turn: int, position: int) -> None:
+        """The policy refused the call at ``position`` of ``turn``: its allowance, if it took
+        one, goes back at once (siblings' subtrees may need it); its number and slot stay."""
+        self.declined.add((turn, position))
+        if turn == self.turn and position in self.granted:
+            self.granted.discard(position)
+            parent.agent_quota.give_back(1)
+
     def end_step(self, parent: AgentNode) -> None:
         """The parent's EXECUTE step ended: give back what its calls took and did not use
-        (a spawn an approver declined, or one cut off before its child started)."""
+        (one cut off before its child started)."""
+        self.declined.clear()
         if self.granted:
             parent.agent_quota.give_back(len(self.granted))
             self.granted.clear()
@@ -213,8 +226,8 @@ def make_child(
             )
         base = {n: t for n, t in base.items() if n in wanted}
     limits = _per_agent_limits(agent, parent.limits)
-    book = parent.spawns if isinstance(parent.spawns, SpawnBook) else SpawnBook()
-    parent.spawns = book
+    book = parent.spawns
+    assert isinstance(book, SpawnBook)  # every node holding the spawn tool has one
     turn, position = key
     max_children = parent.limits.max_children or 0
     if book.number_turn(turn, parent.messages, partial(_starts, run, parent)):
@@ -286,6 +299,7 @@ def _add_spawn_tool(node: AgentNode, run: RunState) -> None:
     subagents = run.tree.subagents_of(node.agent)
     if subagents and node.depth < (node.limits.max_depth or 0):
         node.tools[SPAWN_TOOL] = build_spawn_tool(subagents)
+        node.spawns = SpawnBook()
 
 
 @functools.lru_cache(maxsize=256)

@@ -637,6 +637,27 @@ async def test_an_agent_allowance_a_declined_spawn_held_is_given_back_after_its_
     assert all(c.status is RunStatus.COMPLETED for c in result.children)
 
 
+async def test_a_declined_spawn_gives_its_agent_allowance_back_before_its_siblings_spawn() -> None:
+    script = Script(
+        {
+            "lead": [[spawn("mid", "declined"), spawn("mid", "a")]],
+            "mid": [[spawn("leaf", "g")]],
+        }
+    )
+    leaf = Agent("leaf", "Leaf.")
+    lead = Agent("lead", "L.", subagents=[Agent("mid", "M.", subagents=[leaf])], model=script.model)
+
+    policy = Policy(
+        rules={"spawn_subagent": "confirm"}, approver=lambda call: call.input["task"] != "declined"
+    )
+    result = await run(lead, "q", limits=Limits(max_agents=3), policy=policy)
+
+    # the lead, mid and leaf: the declined call's allowance did not wait for the lead's step
+    assert [c.path for c in result.children] == ["lead/mid#2"]
+    assert [c.path for c in result.children[0].children] == ["lead/mid#2/leaf#1"]
+    assert result.children[0].children[0].status is RunStatus.COMPLETED
+
+
 # ---------------------------------------------------------------------------------------------
 # max_concurrency
 
