@@ -243,7 +243,6 @@ def make_child(
         raise ToolError(
             "the run reached max_agents; no more subagents can start. Finish with what you have"
         )
-    book.granted.discard(position)
     own = agent.limits or _NO_LIMITS
     quota = (  # a subtree's own max_agents counts the child itself
         parent.agent_quota
@@ -279,6 +278,7 @@ def make_child(
     _add_spawn_tool(child, run)
     child.append(Message.user(task))
     parent.children.append((key, child))
+    book.granted.discard(position)  # used (until here, the step's end would give it back)
     book.started_in_turn[turn] = book.started_in_turn.get(turn, 0) + 1
     return child
 
