@@ -202,7 +202,8 @@ def _describe(node: _Definition) -> str | None:
 
 def folder_sources(root: Path) -> Iterator[Source | None]:
     """One source per indexable file under ``root`` (``None`` for one that cannot be indexed:
-    unreadable, too large, a symlink out of the root, or a name a section id could shadow)."""
+    unreadable, too large, a symlink out of the root, a name that is not valid text, or a name a
+    section id could shadow)."""
     for dirpath, dirnames, filenames in os.walk(root):  # directory symlinks are not followed
         here = Path(dirpath)
         dirnames[:] = sorted(
@@ -215,6 +216,11 @@ def folder_sources(root: Path) -> Iterator[Source | None]:
             rel = path.relative_to(root).as_posix()
             if "#" in rel or "\\" in rel:
                 yield None  # such a name could not be told apart from a section id
+                continue
+            try:
+                rel.encode("utf-8")
+            except UnicodeEncodeError:  # bytes that are not UTF-8 (e.g. a Latin-1 name)
+                yield None
                 continue
             try:
                 if not path.resolve().is_relative_to(root) or not path.is_file():

@@ -363,6 +363,17 @@ def test_symlinks_that_escape_the_root_are_never_indexed(escape_corpus: Corpus) 
     assert escape_corpus.last_refresh.skipped == 1  # leak.md; linked/ is not followed at all
 
 
+def test_a_file_whose_name_is_not_utf8_is_skipped_and_the_rest_is_indexed(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "good.md").write_text("# Lambda\n\nlambda expressions create anonymous functions\n")
+    with open(os.fsencode(docs) + b"/old-\xff.md", "wb") as f:  # a Latin-1 name, say
+        f.write(b"# Old\n\nlambda in an old archive\n")
+    corpus = Corpus.open(docs, index_path=tmp_path / "index.sqlite")
+    assert [hit.id for hit in corpus.search("lambda")] == ["good.md"]
+    assert corpus.last_refresh.skipped == 1
+
+
 def test_a_symlink_that_stays_inside_the_root_is_an_ordinary_document(
     escape_corpus: Corpus,
 ) -> None:
