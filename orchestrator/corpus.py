@@ -61,7 +61,7 @@ __all__ = ["Corpus", "CorpusError", "Document", "RefreshStats", "SearchHit"]
 
 T = TypeVar("T")
 
-_SCHEMA_VERSION = 2  # bump when the schema or the way documents are split changes: forces a rebuild
+_SCHEMA_VERSION = 3  # bump when the schema or the way documents are split changes: forces a rebuild
 _APPLICATION_ID = 0x4F524350  # "ORCP": marks a SQLite file as ours before we write to it
 _TITLE_WEIGHT, _BODY_WEIGHT = 8.0, 1.0
 _MAX_LIMIT = 50

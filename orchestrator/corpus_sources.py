@@ -19,7 +19,7 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 __all__ = [
     "FOLDER_SUFFIXES",
@@ -285,7 +285,47 @@ def _document_sections(
         used.add(slug)
         title = f"{doc_title} › {heading}"
         sections.append(Section(f"{doc_id}#{slug}", doc_id, title, heading or "", text.strip()))
-    return sections
+    return [part for section in sections for part in _parts(section, used)]
+
+
+MAX_SECTION_CHARS: Final = 16_000
+"""Longer sections are indexed in parts: FTS5's snippet() takes time growing with the square
+of a word's occurrences in one row, so one 8 MB log with no headings stalled every search."""
+
+
+def _parts(section: Section, used: set[str]) -> list[Section]:
+    """``section`` as parts of at most :data:`MAX_SECTION_CHARS`, cut between paragraphs where
+    possible; the first keeps its id, the others get ``#<slug>-part-<k>`` ids."""
+    body = section.body
+    if len(body) <= MAX_SECTION_CHARS:
+        return [section]
+    pieces: list[str] = []
+    while len(body) > MAX_SECTION_CHARS:
+        cut = body.rfind("\n\n", 0, MAX_SECTION_CHARS)
+        if cut <= 0:
+            cut = body.rfind(" ", 0, MAX_SECTION_CHARS)
+        if cut <= 0:
+            cut = MAX_SECTION_CHARS
+        pieces.append(body[:cut].strip())
+        body = body[cut:].strip()
+    pieces.append(body)
+    heading_slug = section.id.partition("#")[2]
+    parts = [section._replace(body=pieces[0])]
+    for k, piece in enumerate(pieces[1:], start=2):
+        slug = f"{heading_slug}-part-{k}" if heading_slug else f"part-{k}"
+        while slug in used:  # a heading of that name
+            slug += "-"
+        used.add(slug)
+        parts.append(
+            Section(
+                f"{section.doc}#{slug}",
+                section.doc,
+                f"{section.title} (part {k})",
+                section.heading,
+                piece,
+            )
+        )
+    return parts
 
 
 def _slug(heading: str) -> str:

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from orchestrator import corpus as corpus_module
 from orchestrator.corpus import Corpus, CorpusError, Document, SearchHit
+from orchestrator.corpus_sources import MAX_SECTION_CHARS
 from orchestrator.errors import OrchestratorError
 
 INTRO_MD = """\
@@ -372,6 +373,26 @@ def test_a_file_whose_name_is_not_utf8_is_skipped_and_the_rest_is_indexed(tmp_pa
     corpus = Corpus.open(docs, index_path=tmp_path / "index.sqlite")
     assert [hit.id for hit in corpus.search("lambda")] == ["good.md"]
     assert corpus.last_refresh.skipped == 1
+
+
+def test_a_long_document_without_headings_is_indexed_in_parts_each_readable(
+    tmp_path: Path,
+) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    paragraphs = [f"paragraph {i}: " + "log line about lambda " * 60 for i in range(200)]
+    (docs / "big.txt").write_text("\n\n".join(paragraphs))
+    corpus = Corpus.open(docs, index_path=tmp_path / "index.sqlite")
+    whole = corpus.read("big.txt")
+    assert [p.split(":")[0] for p in whole.text.split("\n\n")] == [
+        f"paragraph {i}" for i in range(200)
+    ]
+    assert len(whole.sections) > 1
+    for section in whole.sections:
+        part = corpus.read(section)
+        assert len(part.text) <= MAX_SECTION_CHARS
+    hits = corpus.search("lambda", limit=3)
+    assert hits and all(corpus.read(hit.id).text for hit in hits)
 
 
 def test_a_symlink_that_stays_inside_the_root_is_an_ordinary_document(
