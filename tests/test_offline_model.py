@@ -139,6 +139,19 @@ async def test_an_unanswerable_question_cites_nothing(folder_corpus: tuple[Path,
     assert not cited and not listed_only
 
 
+async def test_a_researcher_whose_searches_fail_says_why_instead_of_finding_nothing(
+    tmp_path: Path,
+) -> None:
+    result = await run(
+        research_tree(tmp_path / "no-such-folder", tmp_path / "index.sqlite"),
+        "How do generators work?",
+    )
+    (researcher,) = result.children
+    assert researcher.output.startswith("I could not search the documents:")
+    assert "no-such-folder" in researcher.output
+    assert "I could not search the documents" in result.output
+
+
 def test_select_passages_quotes_whole_sentences_verbatim() -> None:
     text = (
         "Thing ::= grammar | rule\n\n"

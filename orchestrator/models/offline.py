@@ -396,6 +396,13 @@ class OfflineModel:
             chosen = choose_reads(task, hits, already=_read_ids(messages))
             if chosen:
                 return [_call(turn, k, "read", {"doc_id": d}) for k, d in enumerate(chosen)]
+            failed = [
+                results[c.id].content
+                for c in previous.tool_uses
+                if c.name == "search" and c.id in results and results[c.id].is_error
+            ]
+            if failed and not hits:  # say why, rather than that nothing was found
+                return [TextBlock(f"I could not search the documents: {failed[0][:300]}")]
             return [TextBlock(f"I found no documents about: {task.strip()}")]
         if "read" in names:
             return [TextBlock(self._answer_from_documents(task, messages))]
