@@ -125,7 +125,9 @@ async def follow_events(
 ) -> None:
     """Draw ``events`` until the channel ends: a live tree if ``live``, else one line per event."""
     board = _Board()
-    console = Console(file=stream)
+    # no markup or highlighting: Live shows what others write to stderr through this console,
+    # as written (an approver's "Allow? [y/N]" must not lose "[y/N]" as a style tag)
+    console = Console(file=stream, markup=False, highlight=False)
     if not live:
         async for event in events:
             line = board.apply(event)

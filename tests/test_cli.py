@@ -606,6 +606,14 @@ def test_progress_on_a_terminal_draws_the_agent_tree_updating_in_place(work: Pat
     assert len(screen) == 6, screen
 
 
+def test_an_approvers_prompt_on_a_terminal_is_shown_as_written(work: Path) -> None:
+    example = Path(__file__).parent.parent / "examples" / "approval.py"
+    code, _, terminal = run_in_pty(work, "run", str(example), "Delete draft-1")
+    assert code == 0, terminal
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", terminal)
+    assert "wants to run delete_draft({'name': 'draft-1'}). Allow? [y/N]" in plain, plain
+
+
 def test_ctrl_c_on_a_terminal_keeps_the_cancel_notice_and_draws_the_final_tree(
     work: Path,
 ) -> None:
