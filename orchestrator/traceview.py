@@ -206,12 +206,15 @@ def _read_lines(path: Path) -> Iterable[tuple[int, dict[str, Any]]]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise TraceFileError(f"{path}: cannot read: {exc}") from exc
-    for number, line in enumerate(text.splitlines(), start=1):
+    lines = text.splitlines()
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
             doc = json.loads(line)
         except json.JSONDecodeError as exc:
+            if number == len(lines) and not text.endswith("\n"):
+                return  # a last line cut off while it was written: keep what came before
             raise TraceFileError(f"{path}:{number}: not JSON: {exc}") from exc
         if not isinstance(doc, dict) or "resourceSpans" not in doc:
             raise TraceFileError(f"{path}:{number}: not an OTLP/JSON traces line")

@@ -339,6 +339,21 @@ def test_a_path_or_a_name_with_folders_that_matches_nothing_is_simply_not_found(
             resolve_run(missing, runs)
 
 
+def test_a_trace_whose_last_line_was_cut_off_while_written_loads_the_lines_before_it(
+    tmp_path: Path,
+) -> None:
+    whole = tmp_path / "whole.jsonl"
+    write_run(whole, "run-cut", t0=T0)
+    complete = load_trace(whole)
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text(whole.read_text() + whole.read_text()[:100])  # no newline: cut mid-write
+    assert load_trace(cut) == complete
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text(whole.read_text()[:100] + "\n" + whole.read_text())  # not at the end
+    with pytest.raises(TraceFileError, match=r"broken\.jsonl:1: not JSON"):
+        load_trace(broken)
+
+
 def test_a_run_named_after_a_file_that_is_not_a_trace_says_so(tmp_path: Path) -> None:
     write_run(tmp_path / "good.jsonl", "good", t0=T0)
     (tmp_path / "events.jsonl").write_text('{"event": "started"}\n')
