@@ -143,7 +143,12 @@ async def _run_tree(
         async with trio.open_nursery() as nursery:
             if progress != "none":  # ends by itself when the run closes its event channel
                 nursery.start_soon(
-                    lambda: follow_events(handle.events, live=progress == "live", stream=out)
+                    lambda: follow_events(
+                        handle.events,
+                        live=progress == "live",
+                        stream=out,
+                        outcome=handle.result,
+                    )
                 )
             async with trio.open_nursery() as watcher:
                 watcher.start_soon(_watch_sigint, handle)

@@ -9,6 +9,7 @@ turns and tokens; siblings running in parallel are visible side by side.
 from __future__ import annotations
 
 import math
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -28,6 +29,7 @@ from .events import (
     ToolStarted,
     TurnStarted,
 )
+from .result import RunResult
 
 __all__ = ["follow_events"]
 
@@ -53,6 +55,32 @@ class _Board:
         self.rows: dict[str, _AgentRow] = {}
         self.children: dict[str | None, list[str]] = {}
         """Paths by parent path, so a render walks the tree once (no scan per node)."""
+
+    def settle(self, result: RunResult) -> list[str]:
+        """Bring every agent to its final state from the run's result (events may have been
+        dropped when the display fell behind); the plain lines of finishes not yet shown."""
+        lines = []
+        for node in result.walk():
+            row = self.rows.get(node.path)
+            if row is None:  # its start was dropped too
+                row = self.rows[node.path] = _AgentRow()
+                parent = node.path.rpartition("/")[0] or None
+                self.children.setdefault(parent, []).append(node.path)
+            if row.state in ("done", "failed"):
+                continue
+            line = self.apply(
+                AgentFinished(
+                    node.path,
+                    node.agent_name,
+                    node.status.value,
+                    node.error,
+                    node.usage,
+                    node.turns,
+                )
+            )
+            if line:
+                lines.append(line)
+        return lines
 
     def apply(self, event: Event) -> str | None:
         """Update the board; return a one-line description for plain output (or None)."""
@@ -121,9 +149,17 @@ def _spawn_key(path: str) -> tuple[str, int]:
 
 
 async def follow_events(
-    events: trio.MemoryReceiveChannel[Event], *, live: bool, stream: TextIO
+    events: trio.MemoryReceiveChannel[Event],
+    *,
+    live: bool,
+    stream: TextIO,
+    outcome: Callable[[], Awaitable[RunResult]] | None = None,
 ) -> None:
-    """Draw ``events`` until the channel ends: a live tree if ``live``, else one line per event."""
+    """Draw ``events`` until the channel ends: a live tree if ``live``, else one line per event.
+
+    ``outcome`` (the run's ``handle.result``) settles the last frame: every agent is shown as
+    it ended even if the run dropped some of its events because the display fell behind.
+    """
     board = _Board()
     # no markup or highlighting: Live shows what others write to stderr through this console,
     # as written (an approver's "Allow? [y/N]" must not lose "[y/N]" as a style tag)
@@ -134,6 +170,10 @@ async def follow_events(
             if line:
                 stream.write(line + "\n")
                 stream.flush()
+        if outcome is not None:
+            for line in board.settle(await outcome()):
+                stream.write(line + "\n")
+            stream.flush()
         return
     # redraw at most every 1/8 s: a wave of a thousand events costs one render, not a thousand;
     # an event that arrived since the last redraw is drawn at the next tick even if nothing
@@ -154,4 +194,6 @@ async def follow_events(
             view.update(board.render(), refresh=True)
             dirty = False
             next_draw = trio.current_time() + _REDRAW_S
+        if outcome is not None:
+            board.settle(await outcome())
         view.update(board.render(), refresh=True)
