@@ -292,6 +292,14 @@ def notes_tools(path: Path | str | None = None) -> list[Tool]:
             )
         if not text.strip():
             raise ToolError("write_note needs some text to keep")
+        if not (title + text).isascii():
+            try:
+                (title + text).encode("utf-8")
+            except UnicodeEncodeError:
+                raise ToolError(
+                    "the note holds a lone surrogate (an escape like \\ud800 without its pair), "
+                    "which is not text; remove it and write the note again"
+                ) from None
         if len(text) > MAX_NOTE_CHARS:
             raise ToolError(
                 f"the note has {len(text)} characters, more than {MAX_NOTE_CHARS}; "
@@ -324,7 +332,7 @@ def notes_tools(path: Path | str | None = None) -> list[Tool]:
             note_id: the note's id, as write_note, list_notes or a subagent gave it
         """
         wanted = _parse_id(note_id)
-        note = store.get(wanted)
+        note = store.get(wanted) if 0 <= wanted < 2**63 else None  # SQLite ids are 64-bit
         if note is None or note.run_id != ctx.run_id:
             raise ToolError(f"there is no note {wanted}; list_notes shows the ids you can read")
         if not _is_visible(note, ctx.run_id, ctx.agent_path):

@@ -116,10 +116,11 @@ def test_a_malformed_id_is_a_clear_error(given: str) -> None:
         t["read_note"].fn(ctx("lead"), given)
 
 
-def test_an_unknown_id_is_a_clear_error() -> None:
+@pytest.mark.parametrize("given", [7, -1, 2**63, "99999999999999999999999"])
+def test_an_unknown_id_is_a_clear_error(given: int | str) -> None:
     t = by_name(notes_tools())
-    with pytest.raises(ToolError, match="there is no note 7; list_notes shows"):
-        t["read_note"].fn(ctx("lead"), 7)
+    with pytest.raises(ToolError, match=f"there is no note {given}; list_notes shows"):
+        t["read_note"].fn(ctx("lead"), given)
 
 
 @pytest.mark.parametrize(
@@ -129,6 +130,8 @@ def test_an_unknown_id_is_a_clear_error() -> None:
         ("t" * 201, "text", "keep it under 200"),
         ("title", " \n", "needs some text"),
         ("title", "x" * (MAX_NOTE_CHARS + 1), "split it into several notes"),
+        ("title", "half a pair: \ud800", "lone surrogate"),
+        ("caf\udce9", "text", "lone surrogate"),
     ],
 )
 def test_write_validates_title_and_text(title: str, body: str, message: str) -> None:
