@@ -193,7 +193,7 @@ async def test_cancel_before_the_first_model_call_still_gives_a_result():
     assert result.messages[0].text == "go"
 
 
-async def test_cancel_emits_a_final_agent_finished_event_with_status_cancelled(autojump_clock):
+async def _events_of_a_run_cancelled_during_its_tool_call() -> list[Any]:
     model = ScriptedModel([tool_call("nap", {"seconds": 1000, "label": "x"}), text("never")])
     async with open_run(agent_for(model), "go") as handle:
         events = []
@@ -201,18 +201,17 @@ async def test_cancel_emits_a_final_agent_finished_event_with_status_cancelled(a
             events.append(ev)
             if kind(ev) == "ToolStarted":
                 handle.cancel()
+    return events
+
+
+async def test_cancel_emits_a_final_agent_finished_event_with_status_cancelled(autojump_clock):
+    events = await _events_of_a_run_cancelled_during_its_tool_call()
     assert kind(events[-1]) == "AgentFinished"
     assert events[-1].status == "cancelled"
 
 
 async def test_a_tool_call_cut_by_a_cancel_still_gets_its_tool_finished_event(autojump_clock):
-    model = ScriptedModel([tool_call("nap", {"seconds": 1000, "label": "x"}), text("never")])
-    async with open_run(agent_for(model), "go") as handle:
-        events = []
-        async for ev in handle.events:
-            events.append(ev)
-            if kind(ev) == "ToolStarted":
-                handle.cancel()
+    events = await _events_of_a_run_cancelled_during_its_tool_call()
     (started,) = [e for e in events if kind(e) == "ToolStarted"]
     (finished,) = [e for e in events if kind(e) == "ToolFinished"]
     assert (finished.call_id, finished.is_error) == (started.call_id, True)
