@@ -61,7 +61,7 @@ __all__ = ["Corpus", "CorpusError", "Document", "RefreshStats", "SearchHit"]
 
 T = TypeVar("T")
 
-_SCHEMA_VERSION = 3  # bump when the schema or the way documents are split changes: forces a rebuild
+_SCHEMA_VERSION = 4  # bump when the schema or the way documents are split changes: forces a rebuild
 _APPLICATION_ID = 0x4F524350  # "ORCP": marks a SQLite file as ours before we write to it
 _TITLE_WEIGHT, _BODY_WEIGHT = 8.0, 1.0
 _MAX_LIMIT = 50
@@ -395,11 +395,12 @@ class Corpus:
                     "WHERE s.doc = ? ORDER BY s.n",
                     (doc_id,),
                 ).fetchall()
-            else:
+            else:  # the section and the parts a long one was indexed in (``<id>~2``, ...)
+                parts = doc_id + "~"
                 rows = self._conn.execute(
                     "SELECT s.id, s.title, fts.body FROM sections AS s JOIN fts ON fts.rowid = s.n "
-                    "WHERE s.id = ?",
-                    (doc_id,),
+                    "WHERE s.doc = ? AND (s.id = ? OR substr(s.id, 1, ?) = ?) ORDER BY s.n",
+                    (found[0], doc_id, len(parts), parts),
                 ).fetchall()
         title = rows[0][1]
         text = "\n\n".join(row[2] for row in rows if row[2])

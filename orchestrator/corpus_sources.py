@@ -285,7 +285,7 @@ def _document_sections(
         used.add(slug)
         title = f"{doc_title} › {heading}"
         sections.append(Section(f"{doc_id}#{slug}", doc_id, title, heading or "", text.strip()))
-    return [part for section in sections for part in _parts(section, used)]
+    return [part for section in sections for part in _parts(section)]
 
 
 MAX_SECTION_CHARS: Final = 16_000
@@ -293,9 +293,10 @@ MAX_SECTION_CHARS: Final = 16_000
 of a word's occurrences in one row, so one 8 MB log with no headings stalled every search."""
 
 
-def _parts(section: Section, used: set[str]) -> list[Section]:
+def _parts(section: Section) -> list[Section]:
     """``section`` as parts of at most :data:`MAX_SECTION_CHARS`, cut between paragraphs where
-    possible; the first keeps its id, the others get ``#<slug>-part-<k>`` ids."""
+    possible. The first keeps the id; the others are ``<id>~2``, ... (``<doc>#~2`` for a
+    document's root): no heading's slug holds a ``~``, and reading the section reads them all."""
     body = section.body
     if len(body) <= MAX_SECTION_CHARS:
         return [section]
@@ -309,23 +310,11 @@ def _parts(section: Section, used: set[str]) -> list[Section]:
         pieces.append(body[:cut].strip())
         body = body[cut:].strip()
     pieces.append(body)
-    heading_slug = section.id.partition("#")[2]
-    parts = [section._replace(body=pieces[0])]
-    for k, piece in enumerate(pieces[1:], start=2):
-        slug = f"{heading_slug}-part-{k}" if heading_slug else f"part-{k}"
-        while slug in used:  # a heading of that name
-            slug += "-"
-        used.add(slug)
-        parts.append(
-            Section(
-                f"{section.doc}#{slug}",
-                section.doc,
-                f"{section.title} (part {k})",
-                section.heading,
-                piece,
-            )
-        )
-    return parts
+    anchor = section.id if "#" in section.id else f"{section.id}#"
+    return [section._replace(body=pieces[0])] + [
+        Section(f"{anchor}~{k}", section.doc, f"{section.title} (part {k})", section.heading, piece)
+        for k, piece in enumerate(pieces[1:], start=2)
+    ]
 
 
 def _slug(heading: str) -> str:

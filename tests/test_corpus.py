@@ -395,6 +395,26 @@ def test_a_long_document_without_headings_is_indexed_in_parts_each_readable(
     assert hits and all(corpus.read(hit.id).text for hit in hits)
 
 
+def test_reading_a_long_sections_id_reads_every_part_of_it(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    paragraphs = [f"step {i}: " + "install the package and check it " * 30 for i in range(60)]
+    body = "\n\n".join(paragraphs)
+    (docs / "guide.md").write_text(
+        f"# Guide\n\nIntro.\n\n## Setup\n\n{body}\n\n## Use\n\nRun it.\n"
+    )
+    corpus = Corpus.open(docs, index_path=tmp_path / "index.sqlite")
+    setup = corpus.read("guide.md#setup")
+    assert not setup.truncated
+    assert [p.split(":")[0] for p in setup.text.split("\n\n")[1:]] == [
+        f"step {i}" for i in range(60)
+    ]
+    assert setup.sections and all(part.startswith("guide.md#setup~") for part in setup.sections)
+    for part in setup.sections:
+        assert len(corpus.read(part).text) <= MAX_SECTION_CHARS
+    assert corpus.read("guide.md#use").text.endswith("Run it.")
+
+
 def test_a_symlink_that_stays_inside_the_root_is_an_ordinary_document(
     escape_corpus: Corpus,
 ) -> None:
