@@ -76,7 +76,7 @@ _KNOWN = (
     frozenset({"tool_use", "max_tokens", "pause_turn", "refusal", "model_context_window_exceeded"})
     | _DONE
 )
-_MAX_OUTPUT_CAP = 64_000
+MAX_OUTPUT_CAP = 64_000
 _IS_ERROR = operator.attrgetter("is_error")
 CONTEXT_FULL = ModelResponse((), "model_context_window_exceeded")
 """Returned by ``_generate`` when the provider refused the input as too long."""
@@ -471,7 +471,7 @@ async def _loop(node: AgentNode, run: RunState) -> None:
         repeat_limit=node.limits.repeat_limit or 1,
         max_errors=node.limits.max_consecutive_errors or 1,
         # compaction needs a threshold: a token count, or a fraction of a known context window
-        compaction_threshold=node.context.compaction_threshold(_context_window(node.model)),
+        compaction_threshold=node.context.compaction_threshold(context_window(node.model)),
     )
     while node.status is None:
         node.turns += 1
@@ -557,7 +557,7 @@ async def _generate_step(
         )
     if response.stop_reason == "max_tokens" and _tool_calls(response):
         response = await _generate(
-            node, run, state.specs, max(max_tokens, min(max_tokens * 2, _MAX_OUTPUT_CAP))
+            node, run, state.specs, max(max_tokens, min(max_tokens * 2, MAX_OUTPUT_CAP))
         )
         if response is None or response is CONTEXT_FULL:
             if node.status is None:
@@ -694,7 +694,7 @@ def _turn_attributes(run_id: str, turn: int, path: str) -> dict[str, Any]:
     }
 
 
-def _context_window(model: Model) -> int | None:
+def context_window(model: Model) -> int | None:
     window = getattr(model, "context_window", None)
     return window if isinstance(window, int) else None
 

@@ -1,0 +1,66 @@
+"""The dry run's worst case (orchestrator.dryrun) bounds what a real run of the tree can do."""
+
+from __future__ import annotations
+
+from orchestrator import Agent, Limits, run, tool
+from orchestrator.context import ContextPolicy
+from orchestrator.dryrun import worst_case
+from orchestrator.models import FunctionModel, ModelRequest, response, text, tool_call
+
+
+@tool
+def echo(x: str) -> str:
+    """Echo, at length.
+
+    Args:
+        x: what to echo
+    """
+    return x * 50
+
+
+async def test_retries_and_compactions_stay_within_the_worst_case() -> None:
+    caps: list[int] = []
+
+    def every_tool_call_cut_once(request: ModelRequest) -> object:
+        caps.append(request.max_tokens)
+        if "Context checkpoint" in " ".join(
+            getattr(b, "text", "") for b in request.messages[-1].content
+        ):
+            return text("Goal: echo. Work left: more echoes.")
+        if request.max_tokens == 100:  # the first try of each turn is cut; the retry is whole
+            return response(tool_call("echo", {"x": "a"}), stop_reason="max_tokens")
+        return tool_call("echo", {"x": f"b{len(caps)}"})
+
+    agent = Agent(
+        "echoer",
+        "Echo.",
+        tools=[echo],
+        model=FunctionModel(every_tool_call_cut_once),
+        max_output_tokens=100,
+        limits=Limits(max_turns=3, repeat_limit=10),
+        context=ContextPolicy(compact_at_tokens=50),  # compacts before every turn
+    )
+    bound = worst_case(agent)
+    await run(agent, "go")
+    assert len(caps) > 2 * 3  # more than two calls per turn: the old bound was not one
+    assert len(caps) <= bound["worst_case_model_calls"]
+    assert sum(caps) <= bound["worst_case_output_tokens"]
+
+
+def test_every_spawn_is_counted_as_the_costliest_subagent() -> None:
+    cheap = Agent("cheap", "C.", description="cheap", limits=Limits(max_turns=1))
+    dear = Agent(
+        "dear", "D.", description="dear", limits=Limits(max_turns=50), max_output_tokens=8000
+    )
+    lead = Agent(
+        "lead",
+        "L.",
+        subagents=[cheap, dear],
+        model=FunctionModel(lambda request: text("unused")),
+        limits=Limits(max_children=1, max_depth=1, max_turns=1),
+    )
+    bound = worst_case(lead)
+    assert bound["worst_case_agents"] == 2
+    # the lead's one turn and dear's fifty, each a call and a retry (no compaction: no window)
+    assert bound["worst_case_model_calls"] == 2 * 1 + 2 * 50
+    assert bound["worst_case_output_tokens"] >= 2 * 50 * 8000
