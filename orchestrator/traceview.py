@@ -203,19 +203,21 @@ def _spans_from_doc(doc: Mapping[str, Any]) -> list[SpanRecord]:
 
 def _read_lines(path: Path) -> Iterable[tuple[int, dict[str, Any]]]:
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as exc:
         raise TraceFileError(f"{path}: cannot read: {exc}") from exc
-    lines = text.splitlines()
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
+    # lines end at "\n" only: a captured text may hold U+2028 and the like, written raw
+    lines = data.split(b"\n")
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
             continue
         try:
-            doc = json.loads(line)
-        except json.JSONDecodeError as exc:
-            if number == len(lines) and not text.endswith("\n"):
-                return  # a last line cut off while it was written: keep what came before
-            raise TraceFileError(f"{path}:{number}: not JSON: {exc}") from exc
+            doc = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            if number == len(lines) and number > 1:
+                return  # the last line was cut off while it was written: keep what came before
+            what = "not UTF-8" if isinstance(exc, UnicodeDecodeError) else "not JSON"
+            raise TraceFileError(f"{path}:{number}: {what}: {exc}") from exc
         if not isinstance(doc, dict) or "resourceSpans" not in doc:
             raise TraceFileError(f"{path}:{number}: not an OTLP/JSON traces line")
         yield number, doc

@@ -348,10 +348,29 @@ def test_a_trace_whose_last_line_was_cut_off_while_written_loads_the_lines_befor
     cut = tmp_path / "cut.jsonl"
     cut.write_text(whole.read_text() + whole.read_text()[:100])  # no newline: cut mid-write
     assert load_trace(cut) == complete
+    cut_in_a_character = tmp_path / "cut-utf8.jsonl"
+    cut_in_a_character.write_bytes(whole.read_bytes() + '{"resourceSpans":"é'.encode()[:-1])
+    assert load_trace(cut_in_a_character) == complete
     broken = tmp_path / "broken.jsonl"
     broken.write_text(whole.read_text()[:100] + "\n" + whole.read_text())  # not at the end
     with pytest.raises(TraceFileError, match=r"broken\.jsonl:1: not JSON"):
         load_trace(broken)
+    not_a_trace = tmp_path / "hello.jsonl"
+    not_a_trace.write_text("hello world")  # one line, no newline: not a cut-off trace
+    with pytest.raises(TraceFileError, match="not JSON"):
+        load_trace(not_a_trace)
+
+
+def test_a_trace_line_may_hold_line_separators_other_than_newline(tmp_path: Path) -> None:
+    path = tmp_path / "u2028.jsonl"
+    write_run(path, "run-u2028", t0=T0)
+    written = len(load_trace(path))
+    # a captured text holding U+2028 or U+0085 is written raw (ensure_ascii=False)
+    text = path.read_text(encoding="utf-8").replace('"run-u2028"', '"run-\u2028-\u0085"')
+    path.write_text(text, encoding="utf-8")
+    spans = load_trace(path)
+    assert len(spans) == written
+    assert any("run-\u2028-\u0085" in s.attributes.values() for s in spans)
 
 
 def test_a_run_named_after_a_file_that_is_not_a_trace_says_so(tmp_path: Path) -> None:
