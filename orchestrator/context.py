@@ -57,17 +57,26 @@ class ContextPolicy:
     compact_at_fraction: float | None = 0.8
 
     def __post_init__(self) -> None:
-        if self.clear_results_after is not None and self.clear_results_after < 1:
-            raise ConfigurationError("ContextPolicy.clear_results_after must be >= 1")
-        if self.clear_batch < 1:
-            raise ConfigurationError("ContextPolicy.clear_batch must be >= 1")
-        if self.compact_at_tokens is not None and self.compact_at_tokens < 1:
-            raise ConfigurationError("ContextPolicy.compact_at_tokens must be >= 1")
-        if self.compact_at_fraction is not None and not 0 < self.compact_at_fraction <= 1:
-            raise ConfigurationError("ContextPolicy.compact_at_fraction must be in (0, 1]")
+        for field_name in ("clear_results_after", "clear_batch", "compact_at_tokens"):
+            value = getattr(self, field_name)
+            if value is not None or field_name == "clear_batch":
+                _check_count(f"ContextPolicy.{field_name}", value)
+        fraction = self.compact_at_fraction
+        if fraction is not None and (
+            isinstance(fraction, bool)
+            or not isinstance(fraction, int | float)
+            or not 0 < fraction <= 1  # NaN fails this too
+        ):
+            raise ConfigurationError(
+                f"ContextPolicy.compact_at_fraction must be a number in (0, 1], got {fraction!r}"
+            )
+        if not isinstance(self.result_caps, Mapping):
+            raise ConfigurationError(
+                "ContextPolicy.result_caps must map tool names to character counts, "
+                f"got {self.result_caps!r}"
+            )
         for name, cap in self.result_caps.items():
-            if cap < 1:
-                raise ConfigurationError(f"ContextPolicy.result_caps[{name!r}] must be >= 1")
+            _check_count(f"ContextPolicy.result_caps[{name!r}]", cap)
         object.__setattr__(self, "result_caps", dict(self.result_caps))
 
     def compaction_threshold(self, context_window: int | None) -> int | None:
@@ -76,6 +85,13 @@ class ContextPolicy:
         if self.compact_at_fraction and context_window:
             limits.append(int(context_window * self.compact_at_fraction))
         return min(limits) if limits else None
+
+
+def _check_count(what: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigurationError(f"{what} must be an integer, got {value!r}")
+    if value < 1:
+        raise ConfigurationError(f"{what} must be >= 1, got {value!r}")
 
 
 @quick_init

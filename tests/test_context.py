@@ -803,10 +803,22 @@ async def test_a_childs_policy_is_its_own() -> None:
         {"compact_at_fraction": 0.0},
         {"compact_at_fraction": 1.5},
         {"result_caps": {"read": 0}},
+        # wrong types: each would fail (or do something else) only in the middle of a run
+        {"result_caps": {"read": 2.5}},
+        {"result_caps": {"read": True}},
+        {"result_caps": ["read"]},
+        {"result_caps": None},
+        {"clear_results_after": 2.0},
+        {"clear_batch": True},
+        {"compact_at_tokens": float("nan")},
+        {"compact_at_tokens": "1000"},
+        {"compact_at_fraction": float("nan")},
+        {"compact_at_fraction": True},
+        {"compact_at_fraction": "0.5"},
     ],
 )
-def test_invalid_policies_are_refused(kwargs: dict[str, Any]) -> None:
-    with pytest.raises(ConfigurationError):
+def test_invalid_policies_are_refused_when_built(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(ConfigurationError, match="ContextPolicy"):
         ContextPolicy(**kwargs)
 
 
