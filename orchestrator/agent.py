@@ -22,7 +22,7 @@ from .tools import Tool, tool
 
 __all__ = ["Agent", "AgentTree"]
 
-_AGENT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+_AGENT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")  # fullmatch ("$" allows "x\n")
 
 
 class Agent:
@@ -72,7 +72,7 @@ class Agent:
         max_output_tokens: int = 4096,
         context: ContextPolicy | None = None,
     ) -> None:
-        if not isinstance(name, str) or not _AGENT_NAME.match(name):
+        if not isinstance(name, str) or not _AGENT_NAME.fullmatch(name):
             raise ConfigurationError(
                 f"agent name {name!r} must be 1-64 letters, digits, '_', '.' or '-'"
             )

@@ -38,7 +38,7 @@ from .redact import redact
 __all__ = ["Tool", "ToolContext", "tool"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+_NAME_RE = re.compile(r"[a-zA-Z0-9_-]{1,64}")  # fullmatch ("$" allows "x\n")
 RESERVED_TOOL_NAMES = frozenset({"spawn_subagent"})
 
 
@@ -107,7 +107,7 @@ class Tool:
             raise ConfigurationError(f"@tool needs a function, got {fn!r}")
         self.fn = fn
         self.name: str = name or str(getattr(fn, "__name__", ""))
-        if not _NAME_RE.match(self.name):
+        if not _NAME_RE.fullmatch(self.name):
             raise ConfigurationError(
                 f"tool name {self.name!r} must be 1-64 letters, digits, '_' or '-'"
             )

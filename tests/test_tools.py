@@ -703,6 +703,18 @@ async def test_a_non_text_return_value_is_turned_into_readable_text(value, check
 # --- bad definitions ---------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("name", ["has space", "lookup\n", "x" * 65, "naïve"])
+def test_a_tool_name_the_api_would_refuse_is_rejected_when_defined(name: str) -> None:
+    with pytest.raises(ConfigurationError, match="tool name"):
+        tool(name=name)(lambda_free_add)
+
+
+@pytest.mark.parametrize("name", ["", "has space", "helper\n", "x" * 65, "-dash-first"])
+def test_an_agent_name_outside_the_allowed_pattern_is_rejected(name: str) -> None:
+    with pytest.raises(ConfigurationError):
+        Agent(name, "Help.")
+
+
 def test_two_tools_with_one_name_in_an_agent_are_rejected_naming_it():
     @tool(name="lookup")
     def a(x: str) -> str:
