@@ -88,6 +88,15 @@ class Agent:
             or max_output_tokens < 1
         ):
             raise ConfigurationError(f"agent {name!r}: max_output_tokens must be a positive int")
+        if not isinstance(description, str):
+            raise ConfigurationError(f"agent {name!r}: description must be a string")
+        # one tool or one name where a list belongs would be iterated (a name letter by letter)
+        if tools is not None and (isinstance(tools, str | Tool) or callable(tools)):
+            raise ConfigurationError(f"agent {name!r}: tools must be a list, got {tools!r}")
+        if isinstance(subagents, str | Agent):
+            raise ConfigurationError(
+                f"agent {name!r}: subagents must be a list, got {subagents!r}"
+            )
         built: tuple[Tool, ...] | None = None
         if tools is not None:
             built = tuple(t if isinstance(t, Tool) else tool(t) for t in tools)

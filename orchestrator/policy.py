@@ -72,6 +72,11 @@ class Policy:
     _approvers: tuple[Approver, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.rules, Mapping):
+            raise ConfigurationError(
+                f"Policy rules must map tool names to 'allow', 'confirm' or 'deny', "
+                f"got {self.rules!r}"
+            )
         for name, value in {**self.rules, "<default>": self.default}.items():
             if value not in ("allow", "confirm", "deny"):
                 raise ConfigurationError(

@@ -190,6 +190,12 @@ def _prepare(
     tool_threads: int,
     clients: ClientPool,
 ) -> tuple[RunState, AgentNode]:
+    try:
+        trio.lowlevel.current_task()
+    except RuntimeError:  # asyncio's loop, or no loop at all
+        raise ConfigurationError(
+            "orchestrator runs under trio: call run() from trio.run(...), or use run_sync()"
+        ) from None
     if not isinstance(agent, Agent):
         raise ConfigurationError(f"run() needs an Agent, got {type(agent).__name__}")
     if not isinstance(prompt, str):
@@ -200,6 +206,10 @@ def _prepare(
         raise ConfigurationError(f"policy must be a Policy, got {policy!r}")
     if isinstance(tool_threads, bool) or not isinstance(tool_threads, int) or tool_threads < 1:
         raise ConfigurationError(f"tool_threads must be an integer >= 1, got {tool_threads!r}")
+    if isinstance(event_buffer, bool) or not isinstance(event_buffer, int) or event_buffer < 0:
+        raise ConfigurationError(f"event_buffer must be an integer >= 0, got {event_buffer!r}")
+    if run_id is not None and (not isinstance(run_id, str) or not run_id.strip()):
+        raise ConfigurationError(f"run_id must be a non-empty string, got {run_id!r}")
     messages = list(history or ())
     problem = transcript_problem(messages)
     if problem is not None:

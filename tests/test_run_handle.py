@@ -12,6 +12,7 @@ from orchestrator import (
     ConfigurationError,
     Limits,
     Message,
+    Policy,
     RunFailedError,
     RunResult,
     RunStatus,
@@ -425,6 +426,53 @@ async def test_an_unknown_model_string_is_a_configuration_error_naming_it():
 async def test_run_rejects_something_that_is_not_an_agent():
     with pytest.raises(ConfigurationError):
         await run("not an agent", "hi")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        ({"event_buffer": -1}, "event_buffer"),
+        ({"event_buffer": 1.5}, "event_buffer"),
+        ({"event_buffer": True}, "event_buffer"),
+        ({"run_id": 5}, "run_id"),
+        ({"run_id": " "}, "run_id"),
+        ({"model": "anthropic: "}, "unknown model"),
+        ({"model": "offline:extra"}, "unknown model"),
+    ],
+)
+async def test_bad_run_options_are_a_configuration_error_before_any_call(
+    options: dict[str, Any], problem: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=problem):
+        async with open_run(Agent("plain", "x"), "hi", **options):
+            pytest.fail("open_run yielded a handle for bad options")
+
+
+@pytest.mark.parametrize(
+    ("make", "problem"),
+    [
+        (lambda: Agent("a", "x", tools=add), "tools must be a list"),
+        (lambda: Agent("a", "x", tools="add"), "tools must be a list"),
+        (lambda: Agent("a", "x", subagents="researcher"), "subagents must be a list"),
+        (lambda: Agent("a", "x", description=5), "description must be a string"),
+        (lambda: Policy(rules=["search"]), "rules must map"),
+    ],
+)
+def test_a_definition_with_a_value_of_the_wrong_kind_is_a_configuration_error(
+    make: Any, problem: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=problem):
+        make()
+
+
+def test_run_called_outside_trio_says_it_needs_trio() -> None:
+    import asyncio
+
+    from orchestrator.models import ScriptedModel, text
+
+    agent = Agent("a", "i", model=ScriptedModel([text("hi")]))
+    with pytest.raises(ConfigurationError, match="runs under trio"):
+        asyncio.run(run(agent, "go"))
 
 
 async def test_an_exception_raised_in_the_open_run_block_comes_out_as_itself() -> None:

@@ -53,12 +53,12 @@ def resolve_model(spec: Model | str) -> Model:
             raise ConfigurationError(f"not a model: {spec!r} (use a Model or 'anthropic:<name>')")
         return spec
     provider, _, name = spec.partition(":")
-    if provider == "anthropic" and name:
+    if provider == "anthropic" and name.strip():
         from .anthropic import AnthropicModel
 
         anthropic_model: Model = AnthropicModel(name)
         return anthropic_model
-    if provider == "offline":
+    if spec == "offline":
         from .offline import OfflineModel
 
         offline_model: Model = OfflineModel()

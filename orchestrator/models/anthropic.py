@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 import trio
 
-from ..errors import ModelError
+from ..errors import ConfigurationError, ModelError
 from ..messages import (
     Block,
     Message,
@@ -678,9 +678,9 @@ class AnthropicModel:
         max_retry_after: float = 60.0,
     ) -> None:
         if not isinstance(model, str) or not model.strip():
-            raise ValueError("AnthropicModel needs a model name, e.g. 'claude-sonnet-5-5'")
+            raise ConfigurationError("AnthropicModel needs a model name, e.g. 'claude-sonnet-5-5'")
         if max_retries < 0:
-            raise ValueError("max_retries must be >= 0")
+            raise ConfigurationError("max_retries must be >= 0")
         self._model = model.strip()
         self._api_key = api_key
         self._base_url = base_url
