@@ -94,9 +94,7 @@ class Agent:
         if tools is not None and (isinstance(tools, str | Tool) or callable(tools)):
             raise ConfigurationError(f"agent {name!r}: tools must be a list, got {tools!r}")
         if isinstance(subagents, str | Agent):
-            raise ConfigurationError(
-                f"agent {name!r}: subagents must be a list, got {subagents!r}"
-            )
+            raise ConfigurationError(f"agent {name!r}: subagents must be a list, got {subagents!r}")
         built: tuple[Tool, ...] | None = None
         if tools is not None:
             built = tuple(t if isinstance(t, Tool) else tool(t) for t in tools)

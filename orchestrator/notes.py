@@ -239,7 +239,8 @@ def _parse_id(note_id: int | str) -> int:
     """Accept ``12``, ``"12"``, ``"note 12"`` or ``"#12"``: models quote ids in many ways."""
     if isinstance(note_id, int):
         return note_id
-    found = re.fullmatch(r"\s*(?:note\s*)?#?\s*(\d+)\s*", note_id, re.IGNORECASE)
+    # at most 30 digits: no id is that long, and int() refuses thousands of them
+    found = re.fullmatch(r"\s*(?:note\s*)?#?\s*(\d{1,30})\s*", note_id, re.IGNORECASE)
     if found is None:
         raise ToolError(
             f"{note_id!r} is not a note id; ids are integers such as 12 (see list_notes)"

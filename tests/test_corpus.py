@@ -350,6 +350,16 @@ def test_ids_that_would_leave_the_root_are_refused_with_the_reason(
         escape_corpus.read(doc_id)
 
 
+@pytest.mark.parametrize("bad", ["ok.md#\ud800", "\udcff.md"])
+def test_an_id_holding_a_lone_surrogate_is_refused_as_not_text(
+    escape_corpus: Corpus, bad: str
+) -> None:
+    with pytest.raises(CorpusError, match="lone surrogate"):
+        escape_corpus.read(bad)
+    with pytest.raises(CorpusError, match="lone surrogate"):
+        escape_corpus.search(f"launch {bad}")
+
+
 def test_an_absolute_path_is_refused_even_when_it_points_inside_the_root(
     escape_corpus: Corpus,
 ) -> None:

@@ -109,7 +109,7 @@ def test_ids_are_accepted_as_models_write_them(given: int | str) -> None:
     assert t["read_note"].fn(ctx("lead"), given).endswith("second")
 
 
-@pytest.mark.parametrize("given", ["two", "2a", "", "note"])
+@pytest.mark.parametrize("given", ["two", "2a", "", "note", "9" * 5000])
 def test_a_malformed_id_is_a_clear_error(given: str) -> None:
     t = by_name(notes_tools())
     with pytest.raises(ToolError, match="is not a note id"):
