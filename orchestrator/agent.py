@@ -88,6 +88,7 @@ class Agent:
             or max_output_tokens < 1
         ):
             raise ConfigurationError(f"agent {name!r}: max_output_tokens must be a positive int")
+        description = description or ""  # None: no description
         if not isinstance(description, str):
             raise ConfigurationError(f"agent {name!r}: description must be a string")
         # one tool or one name where a list belongs would be iterated (a name letter by letter)

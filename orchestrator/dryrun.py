@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from typing import Any, TypeAlias
 
 from .agent import Agent, AgentTree
 from .errors import ConfigurationError
@@ -14,6 +15,8 @@ from .spawn import DEFAULT_CONTEXT
 
 __all__ = ["worst_case"]
 
+_State: TypeAlias = tuple[Agent, Model, Limits, int]
+
 
 def worst_case(
     root: Agent, run_limits: Limits | None = None, *, default_model: str | None = None
@@ -23,8 +26,9 @@ def worst_case(
     Per turn an agent makes at most: the call itself, a retry at twice the output cap when a
     tool call was cut by ``max_tokens``, and, when it can compact, a compaction before the turn
     and a compaction and a repeated call after the provider refused the input as too long.
-    Agents are counted down the tree, each spawning ``max_children`` of its costliest subagent
-    while depth allows, until ``max_agents`` is reached.
+    Agents are counted down the tree, each filling its ``max_children`` slots with its costliest
+    subagent while depth allows; with ``max_agents`` binding, the bound is the root and
+    ``max_agents - 1`` agents each as costly as the costliest one the tree can start.
     """
     tree = AgentTree(root, run_limits=run_limits)
     models = tree.models()  # the checks a real run makes before its first call
@@ -50,43 +54,55 @@ def worst_case(
             turns * (cap + retry_cap + (3 * cap if compacts else 0)),
         )
 
-    def subtree_calls(agent: Agent, inherited: Limits, model: Model, depth: int) -> int:
-        limits = (agent.limits or Limits()).fill(inherited)
-        calls = own_cost(agent, limits, model)[0]
-        children = child_slots(agent, limits, depth)
-        if children:
-            calls += children * max(
-                subtree_calls(sub, limits, models.get(sub.name, model), depth + 1)
-                for sub in tree.subagents_of(agent)
-            )
-        return calls
+    # A state is an agent as some parent would start it: its model, its filled limits, depth.
+    def state(agent: Agent, inherited: Limits, model: Model, depth: int) -> _State:
+        return agent, model, (agent.limits or Limits()).fill(inherited), depth
 
-    def child_slots(agent: Agent, limits: Limits, depth: int) -> int:
-        if depth >= (limits.max_depth or 0) or not tree.subagents_of(agent):
-            return 0
-        return min(limits.max_children or 0, max_agents)
+    def children(s: _State) -> list[_State]:
+        agent, model, limits, depth = s
+        if depth >= (limits.max_depth or 0):
+            return []
+        subs = tree.subagents_of(agent)
+        return [state(sub, limits, models.get(sub.name, model), depth + 1) for sub in subs]
 
-    agents = calls = output_tokens = 0
+    def slots(s: _State) -> int:
+        return min(s[2].max_children or 0, max_agents) if children(s) else 0
 
-    def visit(agent: Agent, inherited: Limits, model: Model, depth: int) -> None:
-        nonlocal agents, calls, output_tokens
-        if agents >= max_agents:
-            return
-        limits = (agent.limits or Limits()).fill(inherited)
-        agents += 1
-        own_calls, own_tokens = own_cost(agent, limits, model)
-        calls += own_calls
-        output_tokens += own_tokens
-        children = child_slots(agent, limits, depth)
-        if children:
-            costliest = max(
-                tree.subagents_of(agent),
-                key=lambda sub: subtree_calls(sub, limits, models.get(sub.name, model), depth + 1),
-            )
-            for _ in range(children):
-                visit(costliest, limits, models.get(costliest.name, model), depth + 1)
+    @functools.cache
+    def unbounded(s: _State) -> tuple[int, int, int]:
+        """Agents, calls and output tokens of the subtree if max_agents did not cap it:
+        every slot filled with the costliest subagent, by each measure on its own."""
+        calls, tokens = own_cost(s[0], s[2], s[1])
+        n = slots(s)
+        if not n:
+            return 1, calls, tokens
+        below = [unbounded(child) for child in children(s)]
+        return (
+            1 + n * max(b[0] for b in below),
+            calls + n * max(b[1] for b in below),
+            tokens + n * max(b[2] for b in below),
+        )
 
-    visit(root, run_layer, root_model, 0)
+    root_state = state(root, run_layer, root_model, 0)
+    seen = {root_state}
+    pending = [root_state]
+    costliest_calls = costliest_tokens = 0  # of any agent but the root
+    while pending:
+        current = pending.pop()
+        for child in children(current) if slots(current) else []:
+            if child not in seen:
+                seen.add(child)
+                pending.append(child)
+                child_calls, child_tokens = own_cost(child[0], child[2], child[1])
+                costliest_calls = max(costliest_calls, child_calls)
+                costliest_tokens = max(costliest_tokens, child_tokens)
+    # two bounds, each valid, the tighter taken: no cap, or the root and max_agents - 1
+    # agents each as costly as the costliest one
+    tree_agents, tree_calls, tree_tokens = unbounded(root_state)
+    agents = min(max_agents, tree_agents)
+    root_calls, root_tokens = own_cost(root, root_state[2], root_model)
+    calls = min(tree_calls, root_calls + (agents - 1) * costliest_calls)
+    output_tokens = min(tree_tokens, root_tokens + (agents - 1) * costliest_tokens)
     return {
         "tree": "valid",
         "agents_defined": len(tree.by_name),

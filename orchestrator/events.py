@@ -109,7 +109,7 @@ Event: TypeAlias = (
 class EventSink:
     """The sending side of a run's event channel: never blocks, counts what it drops."""
 
-    def __init__(self, buffer: int = 1024) -> None:
+    def __init__(self, buffer: int | float = 1024) -> None:  # math.inf: never drop
         self.send_channel, self.receive_channel = trio.open_memory_channel[Event](buffer)
         self.dropped = 0
         self.enabled = buffer > 0

@@ -9,6 +9,7 @@ waits for it to wind down, so no task outlives the block.
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -113,7 +114,7 @@ async def open_run(
     deps: Any = None,
     message_history: Sequence[Message] | None = None,
     tracer_provider: trace.TracerProvider | None = None,
-    event_buffer: int = 4096,
+    event_buffer: int | float = 4096,
     run_id: str | None = None,
     context: ContextPolicy | None = None,
     tool_threads: int = DEFAULT_TOOL_THREADS,
@@ -123,12 +124,13 @@ async def open_run(
     ``model`` is the default for agents that name none; ``limits`` and ``policy`` apply to the
     whole run, filling what definitions leave unset and never loosening them. ``deps`` reaches
     tools as ``ToolContext.deps``. ``message_history`` is prepended to the root's transcript.
-    ``event_buffer=0`` turns events off. ``run_id`` names the run (a random hex id by default;
-    it is ``gen_ai.conversation.id`` on every span). ``context`` overrides every agent's
-    :class:`~orchestrator.context.ContextPolicy`. ``tool_threads`` is how many worker threads
-    the run's sync tools may use at once (a timed-out sync tool keeps its thread until it
-    returns, so a run whose sync tools hang needs room for them). Raises
-    :class:`~orchestrator.errors.ConfigurationError` before any model call if the tree cannot run.
+    ``event_buffer=0`` turns events off (``math.inf``: never drop one). ``run_id`` names the
+    run (a random hex id by default; it is ``gen_ai.conversation.id`` on every span).
+    ``context`` overrides every agent's :class:`~orchestrator.context.ContextPolicy`.
+    ``tool_threads`` is how many worker threads the run's sync tools may use at once (a
+    timed-out sync tool keeps its thread until it returns, so a run whose sync tools hang needs
+    room for them). Raises :class:`~orchestrator.errors.ConfigurationError` before any model
+    call if the tree cannot run.
     """
     stack = AsyncExitStack()  # closes the run's clients
     state, root = _prepare(
@@ -184,7 +186,7 @@ def _prepare(
     deps: Any,
     history: Sequence[Message] | None,
     tracer_provider: trace.TracerProvider | None,
-    event_buffer: int,
+    event_buffer: int | float,
     run_id: str | None,
     context: ContextPolicy | None,
     tool_threads: int,
@@ -206,10 +208,14 @@ def _prepare(
         raise ConfigurationError(f"policy must be a Policy, got {policy!r}")
     if isinstance(tool_threads, bool) or not isinstance(tool_threads, int) or tool_threads < 1:
         raise ConfigurationError(f"tool_threads must be an integer >= 1, got {tool_threads!r}")
-    if isinstance(event_buffer, bool) or not isinstance(event_buffer, int) or event_buffer < 0:
-        raise ConfigurationError(f"event_buffer must be an integer >= 0, got {event_buffer!r}")
-    if run_id is not None and (not isinstance(run_id, str) or not run_id.strip()):
-        raise ConfigurationError(f"run_id must be a non-empty string, got {run_id!r}")
+    if event_buffer != math.inf and (
+        isinstance(event_buffer, bool) or not isinstance(event_buffer, int) or event_buffer < 0
+    ):
+        raise ConfigurationError(
+            f"event_buffer must be an integer >= 0 or math.inf, got {event_buffer!r}"
+        )
+    if run_id is not None and (not isinstance(run_id, str) or (run_id and not run_id.strip())):
+        raise ConfigurationError(f"run_id must be a string (empty: a random id), got {run_id!r}")
     messages = list(history or ())
     problem = transcript_problem(messages)
     if problem is not None:

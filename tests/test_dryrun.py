@@ -64,3 +64,77 @@ def test_every_spawn_is_counted_as_the_costliest_subagent() -> None:
     # the lead's one turn and dear's fifty, each a call and a retry (no compaction: no window)
     assert bound["worst_case_model_calls"] == 2 * 1 + 2 * 50
     assert bound["worst_case_output_tokens"] >= 2 * 50 * 8000
+
+
+async def test_the_bound_holds_when_max_agents_is_spent_breadth_first() -> None:
+    calls = 0
+
+    @tool
+    def note(i: int) -> str:
+        """Record a number.
+
+        Args:
+            i: the number
+        """
+        return "ok"
+
+    def answer(request: ModelRequest) -> object:
+        nonlocal calls
+        calls += 1
+        if request.agent.name == "root":
+            if request.turn_index() == 0:
+                return [
+                    tool_call("spawn_subagent", {"agent": "a", "task": "one"}),
+                    tool_call("spawn_subagent", {"agent": "a", "task": "two"}),
+                ]
+            return text("done")
+        # each of a's turns: a tool call cut by max_tokens, then its retry
+        stop = "max_tokens" if request.max_tokens == 4096 else "tool_use"
+        return response(tool_call("note", {"i": calls}), stop_reason=stop)
+
+    b = Agent("b", "B.", description="b", limits=Limits(max_turns=1))
+    a = Agent("a", "A.", description="a", tools=[note], subagents=[b], limits=Limits(max_turns=10))
+    root = Agent(
+        "root",
+        "R.",
+        model=FunctionModel(answer),
+        subagents=[a],
+        limits=Limits(max_turns=2, max_agents=3, max_children=2, max_depth=2),
+    )
+    bound = worst_case(root)  # a walk into root -> a -> b would count 26 calls
+    await run(root, "go")
+    assert calls == 42
+    assert calls <= bound["worst_case_model_calls"]
+
+
+def test_calls_and_tokens_each_take_their_own_costliest_subagent() -> None:
+    many_turns = Agent(
+        "many", "M.", description="m", limits=Limits(max_turns=10), max_output_tokens=100
+    )
+    big_output = Agent(
+        "big", "B.", description="b", limits=Limits(max_turns=5), max_output_tokens=32_000
+    )
+    lead = Agent(
+        "lead",
+        "L.",
+        subagents=[many_turns, big_output],
+        model=FunctionModel(lambda request: text("unused")),
+        limits=Limits(max_children=1, max_depth=1, max_turns=1),
+    )
+    bound = worst_case(lead)
+    assert bound["worst_case_model_calls"] == 2 * 1 + 2 * 10  # the lead, then "many"
+    assert bound["worst_case_output_tokens"] >= 5 * (32_000 + 64_000)  # "big": cap and retry
+
+
+def test_agents_that_list_each_other_are_bounded_without_walking_every_path() -> None:
+    names = [f"w{i}" for i in range(6)]
+    workers = [Agent(n, "W.", description=n, subagents=names) for n in names]
+    lead = Agent(
+        "lead",
+        "L.",
+        subagents=workers,
+        model=FunctionModel(lambda request: text("unused")),
+        limits=Limits(max_depth=12, max_children=6, max_agents=1_000),
+    )
+    bound = worst_case(lead)  # 6 ** 12 paths: a walk of each would not finish
+    assert bound["worst_case_agents"] == 1_000

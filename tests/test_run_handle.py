@@ -465,6 +465,17 @@ def test_a_definition_with_a_value_of_the_wrong_kind_is_a_configuration_error(
         make()
 
 
+async def test_an_unbounded_event_buffer_and_an_agent_without_description_are_accepted() -> None:
+    import math
+
+    agent = Agent("a", "i", description=None, model=ScriptedModel([text("hi")]))  # type: ignore[arg-type]
+    async with open_run(agent, "go", event_buffer=math.inf, run_id="") as handle:
+        events = [event async for event in handle.events]
+        result = await handle.result()
+    assert result.output == "hi" and events and handle.dropped_events == 0
+    assert result.run_id  # empty: a random id
+
+
 def test_run_called_outside_trio_says_it_needs_trio() -> None:
     import asyncio
 
