@@ -67,3 +67,8 @@ class RunFailedError(OrchestratorError):
             f"agent {result.agent_name!r} ended with {result.status.value}: {result.error}"
         )
         self.result = result
+
+    def __reduce__(self) -> tuple[type[RunFailedError], tuple[RunResult]]:
+        # rebuilt from the result, not from the message: it pickles (to a parent process) and
+        # copies like any exception
+        return (RunFailedError, (self.result,))

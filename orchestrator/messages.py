@@ -88,7 +88,8 @@ class ToolResultBlock:
 Block: TypeAlias = (
     TextBlock | ThinkingBlock | RedactedThinkingBlock | ToolUseBlock | ToolResultBlock
 )
-_BLOCK_TYPES = (TextBlock, ThinkingBlock, RedactedThinkingBlock, ToolUseBlock, ToolResultBlock)
+BLOCK_TYPES = (TextBlock, ThinkingBlock, RedactedThinkingBlock, ToolUseBlock, ToolResultBlock)
+"""The classes of :data:`Block`, for ``isinstance`` checks."""
 
 
 @quick_init
@@ -139,6 +140,8 @@ class Usage:
     requests: int = field(default=0, compare=False)
 
     def __add__(self, other: Usage) -> Usage:
+        if not isinstance(other, Usage):
+            return NotImplemented
         return Usage(
             self.input_tokens + other.input_tokens,
             self.output_tokens + other.output_tokens,
@@ -147,6 +150,12 @@ class Usage:
             self.cost_usd + other.cost_usd,
             self.requests + other.requests,
         )
+
+    def __radd__(self, other: int) -> Usage:
+        """``sum(usages)``: its start, 0, adds nothing."""
+        if isinstance(other, int) and other == 0:
+            return self
+        return NotImplemented
 
     @property
     def billed_tokens(self) -> int:
@@ -248,7 +257,7 @@ def transcript_problem(messages: Sequence[Message]) -> str | None:
         if message.role not in ("user", "assistant"):
             return f"message {i} has role {message.role!r}; roles are 'user' and 'assistant'"
         if not isinstance(message.content, tuple) or not all(
-            isinstance(b, _BLOCK_TYPES) for b in message.content
+            isinstance(b, BLOCK_TYPES) for b in message.content
         ):
             return f"message {i}'s content is not a tuple of content blocks"
     if messages[0].role != "user":

@@ -50,6 +50,8 @@ class RunResult:
     path: str = ""
     depth: int = 0
     turns: int = 0
+    """Turns begun, counting one a budget, a limit or a cancellation stopped before its model
+    call answered (``own_usage.requests`` counts the calls made)."""
     run_id: str = ""
     turn_log: list[TurnContext] = field(default_factory=list)
     """Per turn: input size, results cleared, compaction, cache reads."""
@@ -78,7 +80,7 @@ class RunResult:
 
     @property
     def total_turns(self) -> int:
-        """Model turns taken in this subtree."""
+        """Turns begun in this subtree (see :attr:`turns`)."""
         return sum(r.turns for r in self.walk())
 
     def to_dict(self, *, messages: bool = False) -> dict[str, Any]:

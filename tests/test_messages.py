@@ -104,6 +104,40 @@ def test_response_keeps_an_explicit_stop_reason():
 def test_scripted_model_rejects_a_script_that_is_neither_a_list_nor_a_dict():
     with pytest.raises(ConfigurationError):
         ScriptedModel("just a string")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="'a'"):
+        ScriptedModel({"a": "done"})  # a string, not a list of steps
+
+
+def test_response_takes_blocks_not_a_list_of_them():
+    with pytest.raises(ConfigurationError, match="separate arguments"):
+        response([text("hello")])  # type: ignore[arg-type]
+
+
+async def test_strings_in_a_list_step_become_text_blocks_and_anything_else_is_refused() -> None:
+    @tool
+    def echo(x: str) -> str:
+        """Echo.
+
+        Args:
+            x: what to echo
+        """
+        return x
+
+    model = ScriptedModel([["Let me check.", tool_call("echo", {"x": "a"})], "done"])
+    result = await run(Agent("a", "x", model=model, tools=[echo]), "go")
+    assert result.messages[1].content[0] == TextBlock("Let me check.")
+    assert result.output == "done"
+    assert result.to_dict(messages=True)["messages"]  # every block has a wire form
+
+    result = await run(Agent("a", "x", model=ScriptedModel([["fine", 42]])), "go")
+    assert result.status is RunStatus.ERROR and "not a block" in (result.error or "")
+
+
+def test_usages_add_up_with_sum_and_refuse_other_things() -> None:
+    usages = [Usage(input_tokens=1, output_tokens=2), Usage(input_tokens=3, cost_usd=0.5)]
+    assert sum(usages) == Usage(input_tokens=4, output_tokens=2, cost_usd=0.5)
+    with pytest.raises(TypeError):
+        usages[0] + 1  # type: ignore[operator]
 
 
 def test_function_model_rejects_something_that_is_not_callable():

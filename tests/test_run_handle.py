@@ -276,6 +276,13 @@ async def test_raise_for_status_raises_run_failed_error_for_any_other_status():
     assert info.value.result is result
     assert "max_turns" in str(info.value)
     assert "runner" in str(info.value)
+    # it travels to another process (pickled) and copies like any exception
+    import copy
+    import pickle
+
+    for again in (pickle.loads(pickle.dumps(info.value)), copy.deepcopy(info.value)):
+        assert isinstance(again, RunFailedError) and str(again) == str(info.value)
+        assert again.result.status is RunStatus.MAX_TURNS
 
 
 # --- deps and history ------------------------------------------------------------------------

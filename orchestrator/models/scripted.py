@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 from ..errors import ConfigurationError, ModelError
-from ..messages import Block, TextBlock, ThinkingBlock, ToolUseBlock, Usage
+from ..messages import BLOCK_TYPES, Block, TextBlock, ToolUseBlock, Usage
 from .base import ModelContext, ModelRequest, ModelResponse
 
 __all__ = ["FunctionModel", "ScriptedModel", "Step", "response", "text", "tool_call"]
@@ -38,6 +38,12 @@ def response(
     *blocks: Block, stop_reason: str | None = None, usage: Usage | None = None
 ) -> ModelResponse:
     """A whole scripted reply; ``stop_reason`` defaults to ``tool_use`` if a block is a tool call."""
+    for b in blocks:
+        if not isinstance(b, BLOCK_TYPES):
+            raise ConfigurationError(
+                f"response() takes content blocks (text(...), tool_call(...)), got {b!r}; "
+                "pass several as separate arguments, not as a list"
+            )
     if stop_reason is None:
         stop_reason = "end_turn"
         for b in blocks:  # a loop, not any(): a generator costs more than a reply's few blocks
@@ -68,16 +74,16 @@ def _finish(step: Any, request: ModelRequest) -> ModelResponse:
     """
     if isinstance(step, ModelResponse):
         resp = step
-    elif isinstance(step, TextBlock | ToolUseBlock | ThinkingBlock):
+    elif isinstance(step, BLOCK_TYPES):
         resp = response(step)
     elif isinstance(step, str):
         resp = response(TextBlock(step))
-    elif isinstance(step, Sequence):
-        resp = response(*step)
+    elif isinstance(step, Sequence) and all(isinstance(b, (*BLOCK_TYPES, str)) for b in step):
+        resp = response(*(TextBlock(b) if isinstance(b, str) else b for b in step))
     else:
         raise ModelError(
-            f"step for agent {request.agent.name!r} is not a block, a list of blocks or a "
-            f"response: {step!r}",
+            f"step for agent {request.agent.name!r} is not a block, a string, a list of those "
+            f"or a response: {step!r}",
             fatal=True,
             kind="invalid_script",
         )
@@ -112,6 +118,12 @@ class ScriptedModel:
         self, steps: Sequence[Step] | Mapping[str, Sequence[Step]], *, name: str = "scripted"
     ) -> None:
         if isinstance(steps, Mapping):
+            for agent_name, agent_steps in steps.items():
+                if isinstance(agent_steps, str | bytes) or not isinstance(agent_steps, Sequence):
+                    raise ConfigurationError(
+                        f"ScriptedModel: the script for {agent_name!r} must be a list of steps, "
+                        f"got {agent_steps!r}"
+                    )
             self._by_agent: dict[str, list[Any]] | None = {k: list(v) for k, v in steps.items()}
             self._steps: list[Any] = []
         elif isinstance(steps, str | bytes) or not isinstance(steps, Sequence):
