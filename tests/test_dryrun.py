@@ -47,19 +47,23 @@ async def test_retries_and_compactions_stay_within_the_worst_case() -> None:
     assert sum(caps) <= bound["worst_case_output_tokens"]
 
 
+def _lead_of(*subagents: Agent) -> Agent:
+    """A lead of one turn that may start one child."""
+    return Agent(
+        "lead",
+        "L.",
+        subagents=list(subagents),
+        model=FunctionModel(lambda request: text("unused")),
+        limits=Limits(max_children=1, max_depth=1, max_turns=1),
+    )
+
+
 def test_every_spawn_is_counted_as_the_costliest_subagent() -> None:
     cheap = Agent("cheap", "C.", description="cheap", limits=Limits(max_turns=1))
     dear = Agent(
         "dear", "D.", description="dear", limits=Limits(max_turns=50), max_output_tokens=8000
     )
-    lead = Agent(
-        "lead",
-        "L.",
-        subagents=[cheap, dear],
-        model=FunctionModel(lambda request: text("unused")),
-        limits=Limits(max_children=1, max_depth=1, max_turns=1),
-    )
-    bound = worst_case(lead)
+    bound = worst_case(_lead_of(cheap, dear))
     assert bound["worst_case_agents"] == 2
     # the lead's one turn and dear's fifty, each a call and a retry (no compaction: no window)
     assert bound["worst_case_model_calls"] == 2 * 1 + 2 * 50
@@ -114,14 +118,7 @@ def test_calls_and_tokens_each_take_their_own_costliest_subagent() -> None:
     big_output = Agent(
         "big", "B.", description="b", limits=Limits(max_turns=5), max_output_tokens=32_000
     )
-    lead = Agent(
-        "lead",
-        "L.",
-        subagents=[many_turns, big_output],
-        model=FunctionModel(lambda request: text("unused")),
-        limits=Limits(max_children=1, max_depth=1, max_turns=1),
-    )
-    bound = worst_case(lead)
+    bound = worst_case(_lead_of(many_turns, big_output))
     assert bound["worst_case_model_calls"] == 2 * 1 + 2 * 10  # the lead, then "many"
     assert bound["worst_case_output_tokens"] >= 5 * (32_000 + 64_000)  # "big": cap and retry
 
