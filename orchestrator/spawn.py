@@ -91,9 +91,10 @@ class SpawnBook:
     Siblings of one turn start in whatever order the scheduler picks; numbering them from the
     transcript keeps paths deterministic (``lead/researcher#2`` is the second call for a
     researcher), and counting slots in call order decides which spawn ``max_children``
-    refuses, whatever order they start in. A turn's calls are numbered when its first spawn
-    starts, by their position in the reply: tool_use ids are not trusted to be unique (a script,
-    or another provider, may use the same id again in a later turn).
+    refuses, whatever order they start in; the run's agent allowances (``max_agents``) are taken
+    for a whole turn at once, in call order, for the same reason. A turn's calls are numbered
+    when its first spawn starts, by their position in the reply: tool_use ids are not trusted to
+    be unique (a script, or another provider, may use the same id again in a later turn).
     """
 
     __slots__ = ("declined", "granted", "ordinal", "per_agent", "slot", "started_in_turn", "turn")
