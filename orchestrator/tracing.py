@@ -42,12 +42,13 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, cast
 from urllib.parse import urlsplit
 
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
     ConsoleSpanExporter,
@@ -371,12 +372,78 @@ class _CountingBatchSpanProcessor(BatchSpanProcessor):
         return max(0, self._ended - self.counter.handed - self._pending())
 
 
-def _run_bounded(fn: Callable[[], object], timeout: float, name: str) -> bool:
+class _Dispatch(SpanProcessor):
+    """The one processor we add to a provider, passing spans to the live setups' processors.
+
+    The SDK cannot remove a processor from a provider: a program that configures tracing,
+    shuts it down and configures it again (a service, per job) would otherwise keep every
+    shut-down processor on the global provider, each costing every later span a little more.
+    """
+
+    def __init__(self) -> None:
+        self.targets: tuple[_CountingBatchSpanProcessor, ...] = ()
+        self._lock = threading.Lock()
+
+    def attach(self, processors: Sequence[_CountingBatchSpanProcessor]) -> None:
+        with self._lock:
+            self.targets = (*self.targets, *processors)
+
+    def detach(self, processors: Sequence[_CountingBatchSpanProcessor]) -> None:
+        with self._lock:
+            self.targets = tuple(p for p in self.targets if p not in processors)
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        for target in self.targets:
+            target.on_start(span, parent_context=parent_context)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        for target in self.targets:
+            target.on_end(span)
+
+    def shutdown(self) -> None:
+        for target in self.targets:
+            cast(Callable[[], None], target.shutdown)()  # unannotated in the SDK
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return all(target.force_flush(timeout_millis) for target in self.targets)
+
+
+_DISPATCH: weakref.WeakKeyDictionary[TracerProvider, _Dispatch] = weakref.WeakKeyDictionary()
+_DISPATCH_LOCK = threading.Lock()
+
+
+def _dispatch_for(provider: TracerProvider) -> _Dispatch:
+    with _DISPATCH_LOCK:
+        dispatch = _DISPATCH.get(provider)
+        if dispatch is None:
+            dispatch = _DISPATCH[provider] = _Dispatch()
+            provider.add_span_processor(dispatch)
+        return dispatch
+
+
+def _is_global(provider: TracerProvider) -> bool:
+    from opentelemetry import trace
+
+    return trace.get_tracer_provider() is provider
+
+
+# A flush still running (abandoned by its caller) for a provider or a setup: the next flush of
+# the same one does not start another thread nor wait again while the collector is not taking
+# the last one (a service calling run_sync against a dead collector paid seconds per run and
+# piled up threads).
+_FLUSHING: weakref.WeakKeyDictionary[object, threading.Thread] = weakref.WeakKeyDictionary()
+_FLUSHING_LOCK = threading.Lock()
+
+
+def _run_bounded(
+    fn: Callable[[], object], timeout: float, name: str, *, one_at_a_time: object = None
+) -> bool:
     """Run ``fn`` in a daemon thread and wait at most ``timeout`` seconds.
 
     Returns True if ``fn`` finished in time without raising and did not return ``False``. A
     thread still running is abandoned: it is a daemon, so it cannot keep the process alive, and
-    the exporters it may be blocked in have their own request timeouts.
+    the exporters it may be blocked in have their own request timeouts. With
+    ``one_at_a_time``, returns False at once while an earlier call for that key still runs.
     """
     outcome: list[bool] = []
 
@@ -388,6 +455,13 @@ def _run_bounded(fn: Callable[[], object], timeout: float, name: str) -> bool:
             outcome.append(False)
 
     thread = threading.Thread(target=target, name=f"orchestrator-{name}", daemon=True)
+    if one_at_a_time is not None:
+        with _FLUSHING_LOCK:
+            earlier = _FLUSHING.get(one_at_a_time)
+            if earlier is not None and earlier.is_alive():
+                _logger.warning("%s skipped: the previous one has not finished", name)
+                return False
+            _FLUSHING[one_at_a_time] = thread
     thread.start()
     thread.join(max(0.0, timeout))
     if thread.is_alive():
@@ -410,7 +484,9 @@ def flush_tracer_provider(tracer_provider: object | None = None, timeout: float 
     flush = getattr(tracer_provider, "force_flush", None)
     if flush is None:
         return True
-    return _run_bounded(cast(Callable[[], object], flush), timeout, "trace flush")
+    return _run_bounded(
+        cast(Callable[[], object], flush), timeout, "trace flush", one_at_a_time=tracer_provider
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -483,7 +559,8 @@ class TracingSetup:
 
     @property
     def dropped_spans(self) -> int:
-        """Spans lost before export: the queue was full, or they ended after shutdown."""
+        """Spans lost before export: the queue was full, or they ended while shutting down
+        (spans that end after :meth:`shutdown` no longer reach this setup at all)."""
         return sum(p.dropped for p in self._processors)
 
     def describe(self) -> str:
@@ -509,7 +586,7 @@ class TracingSetup:
         def flush_all() -> bool:
             return all(p.force_flush() for p in self._processors)
 
-        done = _run_bounded(flush_all, limit, "trace flush")
+        done = _run_bounded(flush_all, limit, "trace flush", one_at_a_time=self)
         return done and self.failed_spans == failed_before
 
     async def flush(self, timeout: float | None = None) -> bool:
@@ -536,6 +613,8 @@ class TracingSetup:
                 return True
             self._shut_down = True
         atexit.unregister(self.shutdown)
+        if self._processors:  # spans ending from now on are no longer ours
+            _dispatch_for(self.tracer_provider).detach(self._processors)
         limit = self.export_timeout if timeout is None else timeout
         started = time.monotonic()
         timers: list[threading.Timer] = []
@@ -557,12 +636,13 @@ class TracingSetup:
                 processor.counter.shutdown()
 
         def shut() -> None:
-            if self._owns_provider:
+            for processor in self._processors:
+                # BatchSpanProcessor.shutdown is unannotated in the SDK.
+                cast(Callable[[], None], processor.shutdown)()
+            # a provider made global stays: OTel will not take another, and later setups of
+            # this process reuse it
+            if self._owns_provider and not _is_global(self.tracer_provider):
                 self.tracer_provider.shutdown()
-            else:
-                for processor in self._processors:
-                    # BatchSpanProcessor.shutdown is unannotated in the SDK.
-                    cast(Callable[[], None], processor.shutdown)()
 
         done = _run_bounded(shut, max(bounds) + 0.25, "trace shutdown")
         for timer in timers:
@@ -575,7 +655,7 @@ class TracingSetup:
         dropped, failed = self.dropped_spans, self.failed_spans
         if dropped or failed:
             _logger.warning(
-                "tracing: %d span(s) dropped (queue full or ended after shutdown), "
+                "tracing: %d span(s) dropped (queue full or ended while shutting down), "
                 "%d span(s) failed to export",
                 dropped,
                 failed,
@@ -724,8 +804,8 @@ def configure_tracing(
                 trace.set_tracer_provider(tracer_provider)
 
     processors = [_CountingBatchSpanProcessor(e, max_queue_size=max_queue_size) for e in exporters]
-    for processor in processors:
-        tracer_provider.add_span_processor(processor)
+    if processors:
+        _dispatch_for(tracer_provider).attach(processors)
     return TracingSetup(
         tracer_provider=tracer_provider,
         owns_provider=owns_provider,

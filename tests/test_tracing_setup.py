@@ -13,6 +13,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -302,11 +303,11 @@ def test_explicit_provider_gets_processors_but_is_not_shut_down(receiver: OtlpRe
     make_tree(provider)
     setup.shutdown()
     assert len(receiver.wait_for_spans(4)) == 4
-    # The caller's own processor still works after our shutdown; ours counts late spans.
+    # The caller's own processor still works after our shutdown; ours no longer sees spans.
     with provider.get_tracer("t").start_as_current_span("after"):
         pass
     assert [s.name for s in memory.get_finished_spans()][-1] == "after"
-    assert setup.dropped_spans == 1
+    assert (setup.ended_spans, setup.dropped_spans) == (4, 0)
     provider.shutdown()
 
 
@@ -331,6 +332,55 @@ def test_sets_global_provider_unless_given_one(restore_global_provider: None) ->
         again.shutdown()
     finally:
         setup.shutdown()
+
+
+def test_a_setup_shut_down_leaves_the_global_provider_for_the_next_one(
+    restore_global_provider: None, tmp_path: Path
+) -> None:
+    trace._TRACER_PROVIDER = None
+    trace._TRACER_PROVIDER_SET_ONCE = Once()
+    first = configure_tracing(runs_dir=tmp_path / "first")
+    make_tree(first.tracer_provider)
+    first.shutdown()
+    assert first.ended_spans == 4
+    for i in range(3):  # configure, trace, shut down: as a service would, job after job
+        again = configure_tracing(runs_dir=tmp_path / f"again-{i}")
+        assert again.tracer_provider is first.tracer_provider
+        make_tree(again.tracer_provider)
+        again.shutdown()
+        assert again.exported_spans == 4
+    assert (first.ended_spans, first.dropped_spans) == (4, 0)  # later spans never reach it
+
+
+def test_shutting_down_the_setup_that_made_the_global_provider_leaves_others_exporting(
+    restore_global_provider: None, tmp_path: Path
+) -> None:
+    trace._TRACER_PROVIDER = None
+    trace._TRACER_PROVIDER_SET_ONCE = Once()
+    maker = configure_tracing(runs_dir=tmp_path / "maker")
+    user = configure_tracing(runs_dir=tmp_path / "user")
+    maker.shutdown()
+    make_tree(user.tracer_provider)
+    user.shutdown()
+    assert (user.exported_spans, user.dropped_spans) == (4, 0)
+
+
+def test_a_flush_waiting_on_a_silent_collector_is_not_started_again_until_it_ends() -> None:
+    with socket.socket() as silent:  # accepts connections, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        setup = configure_tracing(
+            endpoint=f"http://127.0.0.1:{silent.getsockname()[1]}", set_global=False
+        )
+        make_tree(setup.tracer_provider)
+        before = set(threading.enumerate())  # an earlier test's abandoned flush may still run
+        results = [flush_tracer_provider(setup.tracer_provider, timeout=0.2) for _ in range(4)]
+        flushing = [
+            t for t in set(threading.enumerate()) - before if t.name == "orchestrator-trace flush"
+        ]
+        assert results == [False] * 4
+        assert len(flushing) == 1  # not one per call
+        setup.shutdown(timeout=0.5)
 
 
 # --------------------------------------------------------------------------------------------
