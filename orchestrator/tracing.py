@@ -405,7 +405,8 @@ class _Dispatch(SpanProcessor):
             cast(Callable[[], None], target.shutdown)()  # unannotated in the SDK
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        return all(target.force_flush(timeout_millis) for target in self.targets)
+        flushed = [target.force_flush(timeout_millis) for target in self.targets]  # every one
+        return all(flushed)
 
 
 _DISPATCH: weakref.WeakKeyDictionary[TracerProvider, _Dispatch] = weakref.WeakKeyDictionary()
@@ -421,18 +422,22 @@ def _dispatch_for(provider: TracerProvider) -> _Dispatch:
         return dispatch
 
 
+def _shutdown_at_exit(provider: TracerProvider, timeout: float) -> None:
+    _run_bounded(provider.shutdown, timeout, "trace provider shutdown")
+
+
 def _is_global(provider: TracerProvider) -> bool:
     from opentelemetry import trace
 
     return trace.get_tracer_provider() is provider
 
 
-# A flush still running (abandoned by its caller) for a provider or a setup: the next flush of
-# the same one does not start another thread nor wait again while the collector is not taking
-# the last one (a service calling run_sync against a dead collector paid seconds per run and
-# piled up threads).
-_FLUSHING: weakref.WeakKeyDictionary[object, threading.Thread] = weakref.WeakKeyDictionary()
-_FLUSHING_LOCK = threading.Lock()
+# A flush its caller gave up waiting for, still running, by id of its provider or setup: the
+# next flush of the same one does not start another thread nor wait again while the collector
+# is not taking the last one (a service calling run_sync against a dead collector paid seconds
+# per run and piled up threads). Flushes that merely overlap are not affected.
+_ABANDONED: dict[int, threading.Thread] = {}
+_ABANDONED_LOCK = threading.Lock()
 
 
 def _run_bounded(
@@ -454,18 +459,22 @@ def _run_bounded(
             _logger.exception("%s failed", name)
             outcome.append(False)
 
-    thread = threading.Thread(target=target, name=f"orchestrator-{name}", daemon=True)
+    key = id(one_at_a_time)
     if one_at_a_time is not None:
-        with _FLUSHING_LOCK:
-            earlier = _FLUSHING.get(one_at_a_time)
+        with _ABANDONED_LOCK:
+            earlier = _ABANDONED.get(key)
             if earlier is not None and earlier.is_alive():
-                _logger.warning("%s skipped: the previous one has not finished", name)
+                _logger.warning("%s skipped: an earlier one has not finished", name)
                 return False
-            _FLUSHING[one_at_a_time] = thread
+            _ABANDONED.pop(key, None)
+    thread = threading.Thread(target=target, name=f"orchestrator-{name}", daemon=True)
     thread.start()
     thread.join(max(0.0, timeout))
     if thread.is_alive():
         _logger.warning("%s did not finish within %.1f s; continuing without it", name, timeout)
+        if one_at_a_time is not None:
+            with _ABANDONED_LOCK:
+                _ABANDONED[key] = thread
         return False
     return bool(outcome and outcome[0])
 
@@ -720,8 +729,8 @@ def configure_tracing(
     endpoint: str | None = None,
     protocol: str | None = None,
     tracer_provider: TracerProvider | None = None,
-    runs_dir: Path | None = None,
-    run_file: Path | None = None,
+    runs_dir: Path | str | None = None,
+    run_file: Path | str | None = None,
     export_timeout: float = 2.0,
     max_queue_size: int = 65_536,
     set_global: bool = True,
@@ -751,6 +760,8 @@ def configure_tracing(
     configured, else the trace file when one is asked for, else nothing. ``none`` turns off
     everything, the file included.
     """
+    runs_dir = Path(runs_dir) if runs_dir is not None else None  # a str is fine too
+    run_file = Path(run_file) if run_file is not None else None
     if export_timeout <= 0:
         raise ConfigurationError("export_timeout must be positive")
     if max_queue_size < 1:
@@ -802,6 +813,9 @@ def configure_tracing(
             owns_provider = True
             if set_global:
                 trace.set_tracer_provider(tracer_provider)
+                # it outlives this setup (later setups reuse it): shut down at exit, after
+                # every setup (atexit runs in reverse), for processors users added themselves
+                atexit.register(_shutdown_at_exit, tracer_provider, export_timeout)
 
     processors = [_CountingBatchSpanProcessor(e, max_queue_size=max_queue_size) for e in exporters]
     if processors:

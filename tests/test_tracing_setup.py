@@ -24,7 +24,7 @@ import trio
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.util._once import Once
@@ -383,6 +383,69 @@ def test_a_flush_waiting_on_a_silent_collector_is_not_started_again_until_it_end
         setup.shutdown(timeout=0.5)
 
 
+class _SlowExporter(InMemorySpanExporter):
+    def export(self, spans: Any) -> Any:
+        time.sleep(0.3)
+        return super().export(spans)
+
+
+def test_flushes_that_overlap_against_a_healthy_collector_both_flush() -> None:
+    provider = TracerProvider()
+    exporter = _SlowExporter()
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    make_tree(provider)
+    results: list[bool] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(flush_tracer_provider(provider, 5.0)))
+        for _ in range(2)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [True, True]
+    assert len(exporter.get_finished_spans()) == 4
+    provider.shutdown()
+
+
+def test_flushing_a_provider_that_takes_no_weak_reference_works() -> None:
+    class Minimal:
+        __slots__ = ()
+
+        def force_flush(self) -> bool:
+            return True
+
+    assert flush_tracer_provider(Minimal()) is True
+
+
+def test_a_processor_added_to_the_global_provider_by_the_program_is_flushed_at_exit(
+    tmp_path: Path,
+) -> None:
+    program = f"""
+from pathlib import Path
+from opentelemetry import trace
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from orchestrator.tracing import configure_tracing
+
+class Marker(SpanExporter):
+    def export(self, spans):
+        with open({str(tmp_path / "exported")!r}, "a") as f:
+            f.write("".join(s.name + "\\n" for s in spans))
+        return SpanExportResult.SUCCESS
+
+setup = configure_tracing(runs_dir=Path({str(tmp_path / "runs")!r}))
+trace.get_tracer_provider().add_span_processor(BatchSpanProcessor(Marker()))
+with trace.get_tracer("t").start_as_current_span("mine"):
+    pass
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    proc = subprocess.run(
+        [sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "exported").read_text() == "mine\n"
+
+
 # --------------------------------------------------------------------------------------------
 # A dead endpoint must not hold up exit
 
@@ -537,6 +600,15 @@ def test_runs_dir_gets_a_fresh_file_and_no_file_without_spans(tmp_path: Path) ->
     assert setup.trace_file.suffix == ".jsonl"
     setup.shutdown()
     assert not setup.trace_file.exists()  # nothing traced, nothing written
+
+
+def test_the_trace_folder_and_file_may_be_given_as_strings(tmp_path: Path) -> None:
+    by_folder = configure_tracing(runs_dir=str(tmp_path / "runs"), set_global=False)
+    by_file = configure_tracing(run_file=str(tmp_path / "one.jsonl"), set_global=False)
+    assert by_folder.trace_file is not None and by_folder.trace_file.parent == tmp_path / "runs"
+    assert by_file.trace_file == tmp_path / "one.jsonl"
+    by_folder.shutdown()
+    by_file.shutdown()
 
 
 def test_a_trace_folder_that_cannot_be_created_is_refused_before_anything_is_set_up(
