@@ -38,22 +38,22 @@ def response(
     *blocks: Block, stop_reason: str | None = None, usage: Usage | None = None
 ) -> ModelResponse:
     """A whole scripted reply; ``stop_reason`` defaults to ``tool_use`` if a block is a tool call."""
-    for b in blocks:
-        if not isinstance(b, BLOCK_TYPES):
+    calls_a_tool = False
+    for b in blocks:  # one loop, not any()/all(): a generator costs more than a reply's blocks
+        if isinstance(b, ToolUseBlock):
+            calls_a_tool = True
+        elif not isinstance(b, BLOCK_TYPES):
             raise ConfigurationError(
                 f"response() takes content blocks (text(...), tool_call(...)), got {b!r}; "
                 "pass several as separate arguments, not as a list"
             )
     if stop_reason is None:
-        stop_reason = "end_turn"
-        for b in blocks:  # a loop, not any(): a generator costs more than a reply's few blocks
-            if isinstance(b, ToolUseBlock):
-                stop_reason = "tool_use"
-                break
+        stop_reason = "tool_use" if calls_a_tool else "end_turn"
     return ModelResponse(blocks, stop_reason, usage if usage is not None else _NO_USAGE)
 
 
 _NO_USAGE = Usage(requests=-1)  # sentinel: "estimate it"
+_STEP_ITEM_TYPES = (*BLOCK_TYPES, str)  # what a list step may hold (strings become text)
 
 
 def _with_ids(content: tuple[Block, ...], turn: int) -> tuple[Block, ...]:
@@ -78,7 +78,7 @@ def _finish(step: Any, request: ModelRequest) -> ModelResponse:
         resp = response(step)
     elif isinstance(step, str):
         resp = response(TextBlock(step))
-    elif isinstance(step, Sequence) and all(isinstance(b, (*BLOCK_TYPES, str)) for b in step):
+    elif isinstance(step, Sequence) and all(isinstance(b, _STEP_ITEM_TYPES) for b in step):
         resp = response(*(TextBlock(b) if isinstance(b, str) else b for b in step))
     else:
         raise ModelError(
