@@ -202,6 +202,8 @@ def _prepare(
         raise ConfigurationError(f"run() needs an Agent, got {type(agent).__name__}")
     if not isinstance(prompt, str):
         raise ConfigurationError("the prompt must be a string")
+    if not prompt.strip():
+        raise ConfigurationError("the prompt is empty: give the root agent a task")
     if limits is not None and not isinstance(limits, Limits):
         raise ConfigurationError(f"limits must be a Limits, got {limits!r}")
     if policy is not None and not isinstance(policy, Policy):

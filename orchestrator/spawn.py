@@ -187,14 +187,17 @@ def _allowed_tools(parent: AgentNode, agent: Agent) -> dict[str, Tool]:
 def _starts(run: RunState, parent: AgentNode, call: ToolUseBlock) -> bool:
     """Whether a spawn call passes the checks made before a child starts: the spawn tool's own
     argument validation (the one its handler gets, so an extra key or a wrong type is refused
-    here too) and the tools it may give. A call the policy refuses is not foreseen here: in a
-    turn where another spawn starts, it still takes its number and its slot."""
+    here too), a task that is not blank, and the tools it may give. A call the policy refuses
+    is not foreseen here: in a turn where another spawn starts, it still takes its number and
+    its slot."""
     spawn_tool = parent.tools.get(SPAWN_TOOL)
     if spawn_tool is None or not isinstance(call.input, Mapping):
         return False
     try:
         arguments = spawn_tool.validate(call.input)
     except pydantic.ValidationError:
+        return False
+    if not arguments["task"].strip():
         return False
     requested = arguments["tools"]
     if requested is None:
@@ -216,6 +219,11 @@ def make_child(
 ) -> AgentNode:
     """A child node under ``parent`` for the spawn call ``key`` (the parent's turn, the call's
     position in that turn's reply); raises ToolError for a refused spawn (nothing started)."""
+    if not task.strip():  # the Messages API refuses a blank first message with a fatal 400
+        raise ToolError(
+            f"the task for {agent.name!r} is empty: a subagent sees nothing but its task, "
+            "so put everything it needs in `task`"
+        )
     base = _allowed_tools(parent, agent)
     if tool_names is not None:
         wanted = set(tool_names)

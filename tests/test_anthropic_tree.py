@@ -192,3 +192,48 @@ async def test_tool_call_starts_stream_as_run_events_over_http(
         result = await handle.result()
     assert result.status is RunStatus.COMPLETED
     assert [(e.tool, e.call_id) for e in seen] == [("lookup", "toolu_s")]
+
+
+async def test_blank_text_blocks_a_model_returned_are_not_sent_back_over_http(
+    plain_server: FakeMessagesServer,
+) -> None:
+    # The API can answer with an empty text block before a tool call, and refuses empty or
+    # blank text blocks in requests with a (fatal) 400: the adapter must not send them back.
+    plain_server.push(
+        Reply(
+            (
+                {"type": "text", "text": ""},
+                {"type": "tool_use", "id": "toolu_e", "name": "lookup", "input": {"topic": "x"}},
+            ),
+            stop_reason="tool_use",
+        ),
+        Reply(
+            (
+                {"type": "text", "text": " \n"},
+                {"type": "tool_use", "id": "toolu_f", "name": "lookup", "input": {"topic": "y"}},
+            ),
+            stop_reason="tool_use",
+        ),
+        reply_text("Done."),
+    )
+    result = await run(http_agent(plain_server), "Look up x, then y.")
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert not plain_server.errors
+    last = plain_server.requests[-1].json
+    assert last is not None
+    sent = [b for m in last["messages"] for b in m["content"] if b["type"] == "text"]
+    assert [b["text"] for b in sent] == ["Look up x, then y."]
+
+
+async def test_a_blank_assistant_turn_in_the_history_is_left_out_of_the_request_over_http(
+    plain_server: FakeMessagesServer,
+) -> None:
+    from orchestrator import Message, TextBlock
+
+    plain_server.push(reply_text("Still here."))
+    history = [Message.user("Hello?"), Message("assistant", (TextBlock("  "),))]
+    result = await run(http_agent(plain_server), "Are you there?", message_history=history)
+    assert result.status is RunStatus.COMPLETED, result.error
+    sent = plain_server.requests[0].json
+    assert sent is not None
+    assert [m["role"] for m in sent["messages"]] == ["user", "user"]

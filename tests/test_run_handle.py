@@ -430,6 +430,14 @@ async def test_an_unknown_model_string_is_a_configuration_error_naming_it():
         await run(Agent("plain", "x"), "hi", model="nonsense")
 
 
+@pytest.mark.parametrize("prompt", ["", "  \n\t"])
+async def test_a_blank_prompt_is_a_configuration_error(prompt: str) -> None:
+    # the Messages API refuses a blank text block with a 400 that would end the run as an error
+    agent = Agent("plain", "x", model=ScriptedModel([text("never")]))
+    with pytest.raises(ConfigurationError, match="prompt is empty"):
+        await run(agent, prompt)
+
+
 async def test_run_rejects_something_that_is_not_an_agent():
     with pytest.raises(ConfigurationError):
         await run("not an agent", "hi")  # type: ignore[arg-type]

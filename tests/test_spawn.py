@@ -870,6 +870,31 @@ async def test_a_spawn_the_tool_schema_rejects_takes_no_slot_and_no_number() -> 
         assert [r.is_error for r in tool_results(result.messages[2:3])] == [True, False, False]
 
 
+async def test_a_spawn_with_a_blank_task_is_refused_and_takes_no_slot_and_no_number() -> None:
+    # a subagent sees nothing but its task, and the Messages API refuses a blank first message
+    # with a 400 that would stop the whole run
+    worker = Agent("worker", "Work.", description="works")
+    lead = Agent("lead", "Lead.", subagents=[worker], limits=Limits(max_children=1))
+    model = ScriptedModel(
+        {
+            "lead": [
+                [
+                    tool_call("spawn_subagent", {"agent": "worker", "task": " \n "}),
+                    tool_call("spawn_subagent", {"agent": "worker", "task": "real"}),
+                ],
+                text("done"),
+            ],
+            "worker": [text("ok")],
+        }
+    )
+    result = await run(lead, "go", model=model)
+    assert result.status is RunStatus.COMPLETED
+    assert [c.path for c in result.children] == ["lead/worker#1"]
+    refused, started = tool_results(result.messages[2:3])
+    assert refused.is_error and "task for 'worker' is empty" in refused.content
+    assert not started.is_error and started.content == "ok"
+
+
 def test_the_spawn_tool_is_built_once_per_set_of_definitions_and_reflects_them() -> None:
     from orchestrator.spawn import build_spawn_tool
 

@@ -841,16 +841,29 @@ class AnthropicModel:
 
 def _messages_with_breakpoints(messages: Sequence[Message]) -> list[dict[str, Any]]:
     """Messages as wire dicts, with ``cache_control`` on the last cacheable block of the last
-    message and of the newest user message before it."""
-    wire = [message_to_wire(m) for m in messages]
+    message and of the newest user message before it.
+
+    The API refuses empty or blank text blocks with a 400 (fatal: it would stop the whole
+    tree), yet a model may answer with one before a tool call: they are left out, and so is a
+    message left with nothing (the API joins the consecutive turns of one role that remain).
+    """
+    wire: list[dict[str, Any]] = []
+    for m in messages:
+        message = message_to_wire(m)
+        blocks: list[dict[str, Any]] = message["content"]
+        if any(b["type"] == "text" and not b["text"].strip() for b in blocks):
+            blocks = [b for b in blocks if b["type"] != "text" or b["text"].strip()]
+            if not blocks:
+                continue
+            message["content"] = blocks
+        wire.append(message)
     # two message breakpoints; with the tools' and the system's, the API's limit of four
-    targets = [len(wire) - 1]
+    targets = [len(wire) - 1] if wire else []
     targets += [i for i in range(len(wire) - 2, -1, -1) if wire[i]["role"] == "user"][:1]
     for i in targets:
         content: list[dict[str, Any]] = wire[i]["content"]
         for block in reversed(content):
-            # The API refuses cache_control on thinking blocks and on empty text.
-            if block["type"] == "thinking" or (block["type"] == "text" and not block["text"]):
+            if block["type"] == "thinking":  # the API refuses cache_control on them
                 continue
             block["cache_control"] = dict(_EPHEMERAL)
             break

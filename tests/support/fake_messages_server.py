@@ -345,6 +345,46 @@ class _Handler(BaseHTTPRequestHandler):
 _Writer: TypeAlias = _Handler
 
 
+def _content_problem(messages: list[dict[str, Any]]) -> str | None:
+    """The content rules of the real API the runtime must respect, with its messages: no empty
+    or blank text block, no empty message but a final assistant one, and every ``tool_use``
+    answered by a ``tool_result`` in the next message (and no result answering anything else)."""
+    pending: set[str] = set()
+    for i, m in enumerate(messages):
+        content = m.get("content")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        if not isinstance(blocks, list):
+            return f"messages.{i}.content: must be a string or a list of blocks"
+        if not blocks and not (i == len(messages) - 1 and m["role"] == "assistant"):
+            return (
+                f"messages.{i}: all messages must have non-empty content except for the "
+                "optional final assistant message"
+            )
+        results = {b.get("tool_use_id") for b in blocks if b.get("type") == "tool_result"}
+        if pending - results:
+            return (
+                f"messages.{i - 1}: `tool_use` ids were found without `tool_result` blocks "
+                f"immediately after: {', '.join(sorted(pending - results))}"
+            )
+        if results - pending:
+            return (
+                f"messages.{i}: unexpected `tool_use_id` found in `tool_result` blocks: "
+                f"{', '.join(sorted(map(str, results - pending)))}"
+            )
+        for j, b in enumerate(blocks):
+            if b.get("type") == "text" and not b.get("text"):
+                return "messages: text content blocks must be non-empty"
+            if b.get("type") == "text" and not str(b["text"]).strip():
+                return f"messages.{i}.content.{j}: text content blocks must contain non-whitespace text"
+        pending = {b.get("id") for b in blocks if b.get("type") == "tool_use"}
+    if pending:
+        return (
+            f"messages.{len(messages) - 1}: `tool_use` ids were found without `tool_result` "
+            f"blocks immediately after: {', '.join(sorted(pending))}"
+        )
+    return None
+
+
 class FakeMessagesServer:
     """The fake Messages API. See the module docstring."""
 
@@ -512,7 +552,7 @@ class FakeMessagesServer:
         for i, m in enumerate(messages):
             if m.get("role") not in ("user", "assistant"):
                 return f"messages.{i}.role: must be 'user' or 'assistant'"
-        return None
+        return _content_problem(messages)
 
     # -- writers -----------------------------------------------------------------------------
 
