@@ -56,6 +56,7 @@ from .corpus_sources import (
     topic_sources,
 )
 from .errors import OrchestratorError
+from .messages import is_text
 
 __all__ = ["Corpus", "CorpusError", "Document", "RefreshStats", "SearchHit"]
 
@@ -340,7 +341,7 @@ class Corpus:
         """
         if not isinstance(limit, int) or limit < 1:
             raise CorpusError(f"limit must be a positive integer, got {limit!r}")
-        if not _is_text(query):
+        if not is_text(query):
             raise CorpusError("the query holds a lone surrogate, which is not text")
         expression = _fts_query(query)
         if expression is None:
@@ -419,7 +420,7 @@ class Corpus:
             raise CorpusError("empty document id: use search to find ids")
         if "\x00" in doc_id:
             raise CorpusError("refused: the document id contains a NUL byte")
-        if not _is_text(doc_id):
+        if not is_text(doc_id):
             raise CorpusError("refused: the document id holds a lone surrogate, which is not text")
         doc_id = doc_id.strip()
         if self._root is None:
@@ -612,15 +613,3 @@ def spread_per_doc(items: Iterable[T], doc_of: Callable[[T], str]) -> tuple[list
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
-
-
-def _is_text(value: str) -> bool:
-    """False for a string SQLite cannot take: one holding a lone surrogate (from an escape
-    like \\ud800 in a model's JSON)."""
-    if value.isascii():
-        return True
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True

@@ -27,9 +27,11 @@ __all__ = [
     "ToolUseBlock",
     "Usage",
     "block_from_wire",
+    "is_text",
     "message_from_wire",
     "text_of",
     "to_wire",
+    "well_formed",
 ]
 
 Role: TypeAlias = Literal["user", "assistant"]
@@ -283,3 +285,26 @@ def transcript_problem(messages: Sequence[Message]) -> str | None:
 def canonical_json(value: Any) -> str:
     """Deterministic JSON (sorted keys, no spaces): for comparing and hashing tool inputs."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def is_text(value: str) -> bool:
+    """False for a string that is not Unicode text: one holding a lone surrogate.
+
+    Python strings may (a JSON escape like ``\\ud800``, a file name decoded with
+    ``surrogateescape``); UTF-8 cannot encode them, so an HTTP body, SQLite or a trace file
+    cannot take them.
+    """
+    if value.isascii():  # O(1) in CPython
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def well_formed(value: str) -> str:
+    """``value`` with each lone surrogate replaced by U+FFFD (split pairs joined again)."""
+    if is_text(value):
+        return value
+    return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")

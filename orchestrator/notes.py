@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ToolError
+from .messages import is_text
 from .tools import Tool, ToolContext
 
 __all__ = ["MAX_NOTE_CHARS", "MAX_TITLE_CHARS", "Note", "NoteStore", "notes_tools"]
@@ -293,14 +294,11 @@ def notes_tools(path: Path | str | None = None) -> list[Tool]:
             )
         if not text.strip():
             raise ToolError("write_note needs some text to keep")
-        if not (title + text).isascii():
-            try:
-                (title + text).encode("utf-8")
-            except UnicodeEncodeError:
-                raise ToolError(
-                    "the note holds a lone surrogate (an escape like \\ud800 without its pair), "
-                    "which is not text; remove it and write the note again"
-                ) from None
+        if not is_text(title + text):
+            raise ToolError(
+                "the note holds a lone surrogate (an escape like \\ud800 without its pair), "
+                "which is not text; remove it and write the note again"
+            )
         if len(text) > MAX_NOTE_CHARS:
             raise ToolError(
                 f"the note has {len(text)} characters, more than {MAX_NOTE_CHARS}; "

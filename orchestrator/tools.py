@@ -31,7 +31,7 @@ import trio
 
 from .cancellation import is_cancellation
 from .errors import ConfigurationError, ToolError
-from .messages import ToolResultBlock, ToolUseBlock, canonical_json
+from .messages import ToolResultBlock, ToolUseBlock, canonical_json, well_formed
 from .models.base import ToolSpec
 from .redact import redact
 
@@ -367,7 +367,7 @@ def cap(text: str, limit: int) -> str:
 
 def error_result(call_id: str, message: str) -> ToolResultBlock:
     """An ``is_error`` result (redacted with the run's secret snapshot, see ``RUN_SECRETS``)."""
-    return ToolResultBlock(call_id, redact(message), is_error=True)
+    return ToolResultBlock(call_id, redact(well_formed(message)), is_error=True)
 
 
 def describe_validation_error(t: Tool, exc: pydantic.ValidationError) -> str:
@@ -428,7 +428,8 @@ async def execute(
 def _value_result(t: Tool, call: ToolUseBlock, value: Any, rt: ToolRuntime) -> ToolResultBlock:
     """A tool's return value as its result: shown as text, redacted, capped."""
     try:
-        text = redact(to_content(value))
+        # a lone surrogate (a file name decoded with surrogateescape) cannot go into an HTTP body
+        text = redact(well_formed(to_content(value)))
     except Exception as exc:  # a value whose str() or JSON form raises
         return error_result(
             call.id,

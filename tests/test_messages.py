@@ -234,3 +234,14 @@ async def test_redaction_inside_a_run_uses_the_snapshot_taken_when_the_run_start
     await run(Agent("a", "A.", tools=[check]), "go", model=model)
     assert seen == [f"key={REDACTED}"]
     assert redact(secret) == secret  # outside the run, the environment as it is now
+
+
+def test_is_text_and_well_formed_agree_on_lone_surrogates() -> None:
+    from orchestrator.messages import is_text, well_formed
+
+    for value in ["plain", "naïve ✓", "\U0001f600"]:
+        assert is_text(value) and well_formed(value) == value
+    assert not is_text("a\ud800b")
+    assert well_formed("a\ud800b") == "a\ufffdb"
+    assert well_formed("\udce9\udce9") == "\ufffd\ufffd"
+    assert well_formed("\ud83d\ude00") == "\U0001f600"

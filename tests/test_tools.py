@@ -700,6 +700,26 @@ async def test_a_non_text_return_value_is_turned_into_readable_text(value, check
     assert check(res.content), res.content
 
 
+async def test_lone_surrogates_in_a_result_or_an_error_become_replacement_characters():
+    # a file name decoded with surrogateescape is a str that no HTTP body can carry
+    @tool
+    def listing() -> str:
+        """List files."""
+        return "caf\udce9.txt, \ud83d\ude00.txt"
+
+    @tool
+    def opening() -> str:
+        """Open a file."""
+        raise FileNotFoundError("no such file: caf\udce9.txt")
+
+    _, res = await call_once(listing)
+    assert res.content == "caf\ufffd.txt, \U0001f600.txt"  # a split pair is joined again
+    _, err = await call_once(opening)
+    assert err.is_error and "no such file: caf\ufffd.txt" in err.content
+    for content in (res.content, err.content):
+        content.encode("utf-8")
+
+
 # --- bad definitions ---------------------------------------------------------------------------
 
 
