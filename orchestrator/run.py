@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from functools import partial
 from typing import Any
 
@@ -50,6 +50,7 @@ class RunHandle:
         self._root = root
         self._done = trio.Event()
         self._result: RunResult | None = None
+        self._token = trio.lowlevel.current_trio_token()
 
     @property
     def run_id(self) -> str:
@@ -77,7 +78,23 @@ class RunHandle:
         return self._done.is_set()
 
     def cancel(self) -> None:
-        """Stop the whole tree now; the result has status ``cancelled`` and valid transcripts."""
+        """Stop the whole tree now; the result has status ``cancelled`` and valid transcripts.
+
+        Safe from any thread (a sync tool or approver runs in a worker thread, a GUI or a
+        signal handler in its own): from outside the run's trio thread the cancellation is
+        handed to that thread, and takes effect at once after this returns.
+        """
+        try:
+            here = trio.lowlevel.current_trio_token()
+        except RuntimeError:  # not in any trio run: a worker or foreign thread
+            here = None
+        if here is self._token:
+            self._cancel_now()
+        else:  # trio's scopes may only be touched from their own thread
+            with suppress(trio.RunFinishedError):
+                self._token.run_sync_soon(self._cancel_now)
+
+    def _cancel_now(self) -> None:
         if not self._done.is_set():
             self._state.cancel_requested = True
             self._state.scope.cancel()

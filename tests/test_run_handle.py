@@ -194,6 +194,30 @@ async def test_cancel_before_the_first_model_call_still_gives_a_result():
     assert result.messages[0].text == "go"
 
 
+async def test_cancel_from_a_worker_thread_stops_the_run(valid_transcript):
+    # a sync tool (or a sync approver) runs in a worker thread: trio's scopes belong to the
+    # run's thread, and a cancel() that touched them from there left the run unstoppable
+    @tool
+    def stop(ctx: ToolContext) -> str:
+        """Ask the run to stop."""
+        ctx.deps["handle"].cancel()
+        return "asked"
+
+    model = ScriptedModel(
+        [tool_call("stop", {}), tool_call("nap", {"seconds": 1000, "label": "x"}), text("never")]
+    )
+    agent = Agent("w", "x", model=model, tools=[stop, nap])
+    deps: dict[str, Any] = {}
+    with trio.fail_after(10):
+        async with open_run(agent, "go", deps=deps) as handle:
+            deps["handle"] = handle
+            result = await handle.result()
+    assert result.status is RunStatus.CANCELLED
+    assert result.error == "the run was cancelled"
+    valid_transcript(result.messages)
+    await trio.to_thread.run_sync(handle.cancel)  # after the end: nothing to do, no error
+
+
 async def _events_of_a_run_cancelled_during_its_tool_call() -> list[Any]:
     model = ScriptedModel([tool_call("nap", {"seconds": 1000, "label": "x"}), text("never")])
     async with open_run(agent_for(model), "go") as handle:
