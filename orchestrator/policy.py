@@ -100,16 +100,19 @@ class Policy:
     def combine(self, stricter_of: Policy | None) -> Policy:
         """One policy where, for each tool and for the default, the stricter rule wins.
 
-        Approvers add up: a call that needs confirmation runs only if every approver of the
-        combined layers says yes, so no layer can answer for another.
+        ``stricter_of`` is the layer above (the parent's, or the run's). Approvers add up: a
+        call that needs confirmation runs only if every approver of the combined layers says
+        yes. An upper layer's approver may answer this layer's ``confirm`` (a run supplying the
+        approver for rules its agents declare), never the other way round: the upper layer's
+        ``confirm`` without an approver of its own declines every call, and combines as ``deny``.
         """
         if stricter_of is None:
             return self
         rules: dict[str, RuleValue] = {}
         for name in {*self.rules, *stricter_of.rules}:
-            a, b = self.decide(name), stricter_of.decide(name)
+            a, b = self.decide(name), stricter_of._unanswerable_as_deny(stricter_of.decide(name))
             rules[name] = (a if a.strictness >= b.strictness else b).value
-        da, db = self._default, stricter_of._default
+        da, db = self._default, stricter_of._unanswerable_as_deny(stricter_of._default)
         default: RuleValue = (da if da.strictness >= db.strictness else db).value
         combined = Policy(rules, default, self.approver or stricter_of.approver)
         approvers: list[Approver] = []
@@ -118,6 +121,12 @@ class Policy:
                 approvers.append(approver)
         object.__setattr__(combined, "_approvers", tuple(approvers))
         return combined
+
+    def _unanswerable_as_deny(self, decision: Decision) -> Decision:
+        """This layer's rule for layers below: ``confirm`` with nobody to ask declines."""
+        if decision is Decision.CONFIRM and not self._approvers:
+            return Decision.DENY
+        return decision
 
     async def check(
         self, call: PendingCall, held: frozenset[str], *, one_at_a_time: trio.Lock | None = None

@@ -292,6 +292,69 @@ async def test_every_approver_of_the_combined_layers_must_say_yes() -> None:
     assert result.messages[2].content[0].is_error  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("where", ["run", "parent"])
+async def test_a_confirm_without_an_approver_is_not_answered_by_another_layers_approver(
+    where: str,
+) -> None:
+    # "confirm" with no approver declines: an agent's own approver (a child's, meant for its
+    # own rules) must not approve what the run or the parent could never run
+    ran: list[str] = []
+
+    @tool
+    async def delete(path: str) -> str:
+        """Delete a file.
+
+        Args:
+            path: Which file.
+        """
+        ran.append(path)
+        return "deleted"
+
+    async def yes(call: PendingCall) -> bool:
+        return True
+
+    strict = Policy(rules={"delete": "confirm"})
+    worker = Agent("worker", "Delete.", tools=[delete], policy=Policy(approver=yes))
+    if where == "run":
+        model = ScriptedModel([tool_call("delete", {"path": "/x"}), text("done")])
+        result = await run(worker.replace(model=model), "go", policy=strict)
+        (refused,) = [b for m in result.messages for b in m.content if b.type == "tool_result"]
+    else:
+        lead = Agent("lead", "Lead.", tools=[delete], subagents=[worker], policy=strict)
+        model = ScriptedModel(
+            {
+                "lead": [
+                    tool_call("spawn_subagent", {"agent": "worker", "task": "delete /x"}),
+                    text("done"),
+                ],
+                "worker": [tool_call("delete", {"path": "/x"}), text("ok")],
+            }
+        )
+        result = await run(lead, "go", model=model)
+        (refused,) = [
+            b for m in result.children[0].messages for b in m.content if b.type == "tool_result"
+        ]
+    assert ran == []
+    assert refused.is_error and "'delete'" in refused.content
+
+
+async def test_the_runs_approver_answers_the_confirm_rules_an_agent_declares() -> None:
+    asked: list[str] = []
+
+    def approve(call: PendingCall) -> bool:
+        asked.append(call.name)
+        return True
+
+    calls, _, res = await call(
+        "delete_file",
+        {"path": "/tmp/x"},
+        policy=Policy(rules={"delete_file": "confirm"}),
+        run_policy=Policy(approver=approve),
+    )
+    assert asked == ["delete_file"]
+    assert calls == ["delete_file:/tmp/x"] and not res.is_error
+
+
 def _confirm_agent(approver: object, ran: list[str], calls: int = 2) -> Agent:
     @tool
     async def delete(path: str) -> str:
