@@ -279,6 +279,12 @@ def _bound_keywords(fn: Callable[..., Any]) -> frozenset[str]:
     return frozenset(names)
 
 
+def _mentions_context(annotation: Any) -> bool:
+    if annotation is ToolContext:
+        return True
+    return any(_mentions_context(a) for a in typing.get_args(annotation))
+
+
 def _build_args_model(
     tool_name: str, fn: Callable[..., Any], param_docs: Mapping[str, str]
 ) -> tuple[bool, type[pydantic.BaseModel], dict[str, Any]]:
@@ -300,6 +306,19 @@ def _build_args_model(
                 f"tool {tool_name!r}: *args and **kwargs cannot be described to a model"
             )
         annotation = hints.get(pname, inspect.Parameter.empty)
+        if typing.get_origin(annotation) is typing.Annotated:
+            annotation = typing.get_args(annotation)[0]
+        if annotation is not ToolContext and _mentions_context(annotation):
+            # an Optional[ToolContext] would be a model-supplied argument: a forged context
+            raise ConfigurationError(
+                f"tool {tool_name!r}: annotate {pname!r} as plain ToolContext (it is always "
+                "given); any other type naming ToolContext would let the model fill it in"
+            )
+        if param.kind is param.POSITIONAL_ONLY and annotation is not ToolContext:
+            raise ConfigurationError(
+                f"tool {tool_name!r}: parameter {pname!r} is positional-only, but the model "
+                "passes arguments by name"
+            )
         if annotation is ToolContext:
             if i != 0:
                 raise ConfigurationError(
@@ -325,6 +344,9 @@ def _build_args_model(
         raise ConfigurationError(
             f"tool {tool_name!r}: its parameters have no JSON schema: {exc}"
         ) from exc
+    lost = sorted(set(fields) - set(model.model_fields))
+    if lost:  # names pydantic keeps for itself (model_config) are silently not fields
+        raise ConfigurationError(f"tool {tool_name!r}: rename parameter(s) {lost}")
     return takes_context, typing.cast(type[pydantic.BaseModel], model), schema
 
 

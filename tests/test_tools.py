@@ -7,6 +7,7 @@ import itertools
 import json
 import threading
 import time
+from typing import Annotated
 
 import pydantic
 import pytest
@@ -126,6 +127,42 @@ async def test_the_tool_context_is_injected_with_the_calling_agent():
     assert ctx.depth == 0
     assert ctx.deps == {"db": "conn"}
     assert ctx.run_id == result.run_id and ctx.run_id
+
+
+async def test_an_annotated_tool_context_is_injected_too():
+    @tool
+    async def whoami(ctx: Annotated[ToolContext, "the caller"]) -> str:
+        """Say who is calling."""
+        return ctx.agent_name
+
+    assert whoami.input_schema["properties"] == {}
+    _, res = await call_once(whoami)
+    assert res.content == "worker"
+
+
+def test_a_tool_context_the_model_could_fill_in_is_rejected_when_defined():
+    # Optional[ToolContext] is not injected: it would be an argument, with deps in its schema
+    def whoami(ctx: ToolContext | None = None) -> str:
+        """Say who is calling."""
+        return "x"
+
+    with pytest.raises(ConfigurationError, match="plain ToolContext"):
+        tool(whoami)
+
+
+def test_parameters_the_model_cannot_set_by_name_are_rejected_when_defined():
+    def positional(a: int, /) -> int:
+        """Positional only."""
+        return a
+
+    def reserved(model_config: str) -> str:
+        """A name pydantic keeps for itself."""
+        return model_config
+
+    with pytest.raises(ConfigurationError, match="positional-only"):
+        tool(positional)
+    with pytest.raises(ConfigurationError, match="model_config"):
+        tool(reserved)
 
 
 # --- validation ------------------------------------------------------------------------------
