@@ -307,19 +307,21 @@ def _build_args_model(
             )
         annotation = hints.get(pname, inspect.Parameter.empty)
         if typing.get_origin(annotation) is typing.Annotated:
-            annotation = typing.get_args(annotation)[0]
-        if annotation is not ToolContext and _mentions_context(annotation):
+            base = typing.get_args(annotation)[0]  # constraints stay on the field's annotation
+        else:
+            base = annotation
+        if base is not ToolContext and _mentions_context(base):
             # an Optional[ToolContext] would be a model-supplied argument: a forged context
             raise ConfigurationError(
                 f"tool {tool_name!r}: annotate {pname!r} as plain ToolContext (it is always "
                 "given); any other type naming ToolContext would let the model fill it in"
             )
-        if param.kind is param.POSITIONAL_ONLY and annotation is not ToolContext:
+        if param.kind is param.POSITIONAL_ONLY and base is not ToolContext:
             raise ConfigurationError(
                 f"tool {tool_name!r}: parameter {pname!r} is positional-only, but the model "
                 "passes arguments by name"
             )
-        if annotation is ToolContext:
+        if base is ToolContext:
             if i != 0:
                 raise ConfigurationError(
                     f"tool {tool_name!r}: the ToolContext parameter must come first"
