@@ -924,7 +924,7 @@ async def _call_one(
                 pending, frozenset(node.tools), one_at_a_time=run.approvals
             )
         if refusal is not None:
-            result = error_result(call.id, refusal)
+            result = error_result(call.id, refusal, node.runtime.max_result_chars)
             if node.spawns is not None:  # a declined spawn's agent allowance goes back now
                 node.spawns.decline(node, node.turns, index)
             if s.is_recording():

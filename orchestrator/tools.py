@@ -13,6 +13,7 @@ the model can often recover and an exception would lose the whole run.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import dis
 import functools
 import inspect
@@ -40,6 +41,10 @@ __all__ = ["Tool", "ToolContext", "tool"]
 F = TypeVar("F", bound=Callable[..., Any])
 _NAME_RE = re.compile(r"[a-zA-Z0-9_-]{1,64}")  # fullmatch ("$" allows "x\n")
 RESERVED_TOOL_NAMES = frozenset({"spawn_subagent"})
+NO_OUTPUT = "(no output)"
+MAX_ERROR_CHARS = 100_000
+"""The cap of an error result made outside a tool call (the loop's refusals)."""
+_SHOWN_PROBLEMS = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +198,8 @@ def tool(
 
     Only ``idempotent=True`` tools are retried (up to ``max_retries`` times, with backoff) after
     an exception or a timeout: a timeout can happen after a side effect succeeded, so retrying a
-    tool that mutates something is the caller's decision, not the runtime's.
+    tool that mutates something is the caller's decision, not the runtime's. A ``ToolError`` is
+    the tool's own final word and goes to the model at once, never retried.
     """
 
     def wrap(f: F) -> Tool:
@@ -355,28 +361,63 @@ def _build_args_model(
 def to_content(value: Any) -> str:
     """A tool's return value as the text the model reads."""
     if isinstance(value, str):
-        return value
+        return value or NO_OUTPUT  # the API may refuse an empty tool_result
     if value is None:
-        return "(no output)"
+        return NO_OUTPUT
     if isinstance(value, pydantic.BaseModel):
-        return value.model_dump_json()
+        try:
+            return value.model_dump_json()
+        except ValueError:  # pydantic could not serialize a field (say, non-UTF-8 bytes)
+            return json.dumps(value.model_dump(), ensure_ascii=False, default=_json_default)
     if isinstance(value, bytes | bytearray | memoryview):
         return f"(binary data, {len(value)} bytes, not shown)"
     if isinstance(value, dict | list | tuple | int | float | bool):
         try:
-            return json.dumps(value, ensure_ascii=False, default=str)
+            return json.dumps(value, ensure_ascii=False, default=_json_default)
         except (TypeError, ValueError):
             return repr(value)
     return str(value)
 
 
+def _json_default(value: Any) -> Any:
+    """JSON for what ``json`` cannot write: models and dataclasses nested in a result as
+    data, anything else as its ``str()``."""
+    if isinstance(value, pydantic.BaseModel):
+        return value.model_dump()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return str(value)
+
+
 def describe_exception(exc: BaseException, *, with_type: bool = True) -> str:
-    """``Type: message`` for an exception, even one whose ``str()`` raises."""
+    """``Type: message`` for an exception, even one whose ``str()`` raises.
+
+    A group (a tool's own nursery wraps what its tasks raised) is described by its leaves:
+    "Exceptions from Trio nursery" says nothing the model can act on.
+    """
+    if isinstance(exc, BaseExceptionGroup):
+        leaves = _leaves(exc)
+        described = [describe_exception(e, with_type=not isinstance(e, ToolError)) for e in leaves]
+        return "; ".join(described)
     try:
         message = str(exc)
     except Exception:
         message = "(its message could not be read)"
     return f"{type(exc).__name__}: {message}" if with_type else message
+
+
+def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
+    out: list[BaseException] = []
+    for e in group.exceptions:
+        out.extend(_leaves(e) if isinstance(e, BaseExceptionGroup) else [e])
+    return out
+
+
+def _only_tool_errors(exc: BaseException) -> bool:
+    """A ``ToolError``, or a group of nothing else: the tool's own words for the model."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(isinstance(e, ToolError) for e in _leaves(exc))
+    return isinstance(exc, ToolError)
 
 
 def cap(text: str, limit: int) -> str:
@@ -389,17 +430,25 @@ def cap(text: str, limit: int) -> str:
     )
 
 
-def error_result(call_id: str, message: str) -> ToolResultBlock:
-    """An ``is_error`` result (redacted with the run's secret snapshot, see ``RUN_SECRETS``)."""
-    return ToolResultBlock(call_id, redact(well_formed(message)), is_error=True)
+def error_result(call_id: str, message: str, limit: int = MAX_ERROR_CHARS) -> ToolResultBlock:
+    """An ``is_error`` result (redacted with the run's secret snapshot, see ``RUN_SECRETS``),
+    capped like any result: an exception quoting a whole HTTP body, or a long list of bad
+    arguments, must not fill the context window."""
+    if not message.strip():  # the API refuses an empty is_error result (a fatal 400)
+        message = "the call failed without an error message"
+    return ToolResultBlock(call_id, cap(redact(well_formed(message)), limit), is_error=True)
 
 
 def describe_validation_error(t: Tool, exc: pydantic.ValidationError) -> str:
-    """What was wrong with the arguments, and the schema to fix them against."""
+    """What was wrong with the arguments (the first few problems), and the schema to fix them
+    against."""
+    errors = exc.errors(include_url=False)
     problems = []
-    for err in exc.errors(include_url=False):
+    for err in errors[:_SHOWN_PROBLEMS]:
         loc = ".".join(str(p) for p in err["loc"]) or "(arguments)"
         problems.append(f"{loc}: {err['msg']}")
+    if len(errors) > _SHOWN_PROBLEMS:
+        problems.append(f"and {len(errors) - _SHOWN_PROBLEMS} more")
     return (
         f"invalid arguments for tool {t.name!r}: {'; '.join(problems)}. "
         f"Call it again with arguments matching this schema: {canonical_json(t.input_schema)}"
@@ -416,16 +465,18 @@ async def execute(
     from outside propagates: the caller records a synthetic result for the cut call. ``ctx`` is
     only built (and only needed) for tools that take one.
     """
+    limit = rt.max_result_chars
     if type(call.input) is not dict and not isinstance(call.input, Mapping):
         return error_result(
             call.id,
             f"arguments for tool {t.name!r} must be a JSON object, got {type(call.input).__name__}. "
             f"Call it again with arguments matching this schema: {canonical_json(t.input_schema)}",
+            limit,
         )
     try:
         kwargs = t.validate(call.input)
     except pydantic.ValidationError as exc:
-        return error_result(call.id, describe_validation_error(t, exc))
+        return error_result(call.id, describe_validation_error(t, exc), limit)
     args = (ctx,) if t.takes_context else ()
     if t.runtime_tool:
         # spawn_subagent, awaited here and not in _attempt: a child's whole loop runs under
@@ -434,17 +485,19 @@ async def execute(
         try:
             value = await t.fn(*args, **kwargs)
         except ToolError as exc:
-            return error_result(call.id, describe_exception(exc, with_type=False))
+            return error_result(call.id, describe_exception(exc, with_type=False), limit)
         return _value_result(t, call, value, rt)
     attempt = 0
     while True:
-        message = await _attempt(t, args, kwargs, rt)
-        if isinstance(message, _Ok):
-            return _value_result(t, call, message.value, rt)
+        outcome = await _attempt(t, args, kwargs, rt)
+        if isinstance(outcome, _Ok):
+            return _value_result(t, call, outcome.value, rt)
+        if isinstance(outcome, _Final):  # the tool's own words (ToolError): not retried
+            return error_result(call.id, outcome.message, limit)
         if attempt >= t.max_retries:
             if attempt:
-                message = f"{message} (failed after {attempt + 1} attempts)"
-            return error_result(call.id, message)
+                outcome = f"{outcome} (failed after {attempt + 1} attempts)"
+            return error_result(call.id, outcome, limit)
         await trio.sleep(min(0.25 * 2**attempt, 4.0) * (0.5 + random.random()))
         attempt += 1
 
@@ -485,10 +538,18 @@ class _Ok:
     value: Any
 
 
+@dataclass(frozen=True, slots=True)
+class _Final:
+    """A failure the tool itself described (``ToolError``): retrying would say the same."""
+
+    message: str
+
+
 async def _attempt(
     t: Tool, args: tuple[Any, ...], kwargs: dict[str, Any], rt: ToolRuntime
-) -> _Ok | str:
-    """One call: the value, or the error text the model should read."""
+) -> _Ok | _Final | str:
+    """One call: the value, or the error text the model should read (a ``str`` may be
+    retried)."""
     timeout = rt.timeout
     limiter: _SeenLimiter | None = None
     try:
@@ -512,12 +573,17 @@ async def _attempt(
                 if limiter.acquired and is_cancellation(exc):
                     rt.on_abandoned_thread()
                 raise
-    except ToolError as exc:
-        return describe_exception(exc, with_type=False)
     except Exception as exc:
+        if _only_tool_errors(exc):
+            return _Final(describe_exception(exc, with_type=False))
         return (
             f"tool {t.name!r} raised {describe_exception(exc)}. "
             "Check the arguments, or try a different approach."
+        )
+    except SystemExit as exc:  # say, argparse refusing the model's arguments: not the run's end
+        return (
+            f"tool {t.name!r} tried to exit the program (SystemExit {exc.code!r}); "
+            "check the arguments, or try a different approach."
         )
     if limiter is not None and not limiter.acquired:
         pool = rt.thread_limiter

@@ -608,6 +608,105 @@ async def test_an_unknown_tool_becomes_an_error_result_listing_the_available_too
     assert "lambda_free_add" in res.content
 
 
+async def test_an_error_result_is_capped_like_any_result():
+    @tool
+    def fetch() -> str:
+        """Fetch a page."""
+        raise RuntimeError("HTTP 500: " + "<html>" * 100_000)
+
+    _, res = await call_once(fetch, limits=Limits(max_result_chars=1_000))
+    assert res.is_error and res.content.startswith("tool 'fetch' raised RuntimeError: HTTP 500")
+    assert len(res.content) < 1_200 and "truncated" in res.content
+
+
+async def test_a_refusal_naming_a_huge_unknown_tool_is_capped():
+    model = ScriptedModel([tool_call("x" * 200_000, {}), text("done")])
+    agent = Agent("w", "x", model=model, tools=[search])
+    result = await run(agent, "go", limits=Limits(max_result_chars=1_000))
+    (res,) = results_of(result)
+    assert res.is_error and len(res.content) < 1_200
+
+
+async def test_a_long_list_of_bad_arguments_names_the_first_problems_only():
+    @tool
+    def total(values: list[int]) -> int:
+        """Add numbers up."""
+        return sum(values)
+
+    _, res = await call_once(total, {"values": ["x"] * 5_000})
+    assert res.is_error
+    assert "values.0: " in res.content and "and 4990 more" in res.content
+    assert len(res.content) < 2_000
+
+
+@pytest.mark.parametrize("raised", [ToolError(), ToolError("  "), RuntimeError()])
+async def test_an_error_without_a_message_still_says_the_call_failed(raised):
+    # the Messages API refuses an empty is_error result with a 400 that would end the run
+    @tool
+    def quiet() -> str:
+        """Fail quietly."""
+        raise raised
+
+    _, res = await call_once(quiet)
+    assert res.is_error and res.content.strip()
+
+
+async def test_an_empty_string_result_is_shown_as_no_output():
+    @tool
+    def silent() -> str:
+        """Say nothing."""
+        return ""
+
+    _, res = await call_once(silent)
+    assert not res.is_error and res.content == "(no output)"
+
+
+async def test_a_tool_calling_sys_exit_gets_an_error_result_and_the_run_goes_on():
+    # argparse exits on arguments it refuses: that is the tool's failure, not the program's
+    @tool
+    def cli(argv: list[str]) -> str:
+        """Run the command line."""
+        raise SystemExit(2)
+
+    @tool
+    async def cli_async(argv: list[str]) -> str:
+        """Run the command line."""
+        raise SystemExit("usage: cli [-h]")
+
+    for t in (cli, cli_async):
+        _, res = await call_once(t, {"argv": ["--bogus"]})
+        assert res.is_error and "SystemExit" in res.content, res.content
+
+
+async def test_errors_from_a_tools_own_nursery_reach_the_model_with_their_messages():
+    @tool
+    async def fan_out() -> str:
+        """Fetch two pages at once."""
+
+        async def fail(message: str) -> None:
+            raise ConnectionError(message)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(fail, "host a unreachable")
+        return "never"
+
+    @tool
+    async def refuse() -> str:
+        """Refuse from a task."""
+
+        async def no() -> None:
+            raise ToolError("Ask for one page at a time.")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(no)
+        return "never"
+
+    _, res = await call_once(fan_out)
+    assert res.is_error and "ConnectionError: host a unreachable" in res.content
+    _, res = await call_once(refuse)
+    assert res.is_error and res.content == "Ask for one page at a time."
+
+
 def lambda_free_add(a: int, b: int) -> int:
     """Add."""
     return a + b
@@ -664,6 +763,20 @@ async def test_a_tool_not_marked_idempotent_is_never_retried(autojump_clock):
     _, res = await call_once(send_email, {"to": "a@b.c"})
     assert res.is_error
     assert attempts == ["a@b.c"]
+
+
+async def test_a_tool_error_is_the_tools_final_word_and_is_not_retried(autojump_clock):
+    attempts = []
+
+    @tool(idempotent=True, max_retries=4)
+    async def fetch(url: str) -> str:
+        """Fetch a page."""
+        attempts.append(url)
+        raise ToolError("Only https URLs are allowed.")
+
+    _, res = await call_once(fetch, {"url": "http://x"})
+    assert res.is_error and res.content == "Only https URLs are allowed."
+    assert attempts == ["http://x"]
 
 
 async def test_an_idempotent_tool_that_times_out_is_retried(autojump_clock):
@@ -755,6 +868,40 @@ async def test_lone_surrogates_in_a_result_or_an_error_become_replacement_charac
     assert err.is_error and "no such file: caf\ufffd.txt" in err.content
     for content in (res.content, err.content):
         content.encode("utf-8")
+
+
+class Inner(pydantic.BaseModel):
+    k: list[int]
+
+
+class Outer(pydantic.BaseModel):
+    x: int
+    inner: Inner
+
+
+class Raw(pydantic.BaseModel):
+    data: bytes
+
+
+async def test_models_nested_in_a_result_are_shown_as_json_data():
+    @tool
+    def listing() -> list[Outer]:
+        """List things."""
+        return [Outer(x=1, inner=Inner(k=[1, 2]))]
+
+    _, res = await call_once(listing)
+    assert json.loads(res.content) == [{"x": 1, "inner": {"k": [1, 2]}}]
+
+
+async def test_a_model_json_cannot_hold_is_still_a_successful_result():
+    # the call ran (with its side effects): an error result would invite a second call
+    @tool
+    def read() -> Raw:
+        """Read raw bytes."""
+        return Raw(data=b"\xff\xfe")
+
+    _, res = await call_once(read)
+    assert not res.is_error and "data" in res.content
 
 
 # --- bad definitions ---------------------------------------------------------------------------

@@ -372,6 +372,11 @@ def _content_problem(messages: list[dict[str, Any]]) -> str | None:
                 f"{', '.join(sorted(map(str, results - pending)))}"
             )
         for j, b in enumerate(blocks):
+            if b.get("type") == "tool_result" and b.get("is_error") and not b.get("content"):
+                return (
+                    f"messages.{i}.content.{j}: tool_result: content cannot be empty if "
+                    "`is_error` is true"
+                )
             if b.get("type") == "text" and not b.get("text"):
                 return "messages: text content blocks must be non-empty"
             if b.get("type") == "text" and not str(b["text"]).strip():
