@@ -264,8 +264,9 @@ class Ledger:
         if reservation.settled:
             return
         reservation.settled = True
-        tokens = reservation.tokens if usage is None else usage.billed_tokens
-        cost = reservation.cost if usage is None else usage.cost_usd
+        # a model reporting negative usage must not give budget back
+        tokens = reservation.tokens if usage is None else max(0, usage.billed_tokens)
+        cost = reservation.cost if usage is None else max(0.0, usage.cost_usd)
         for lg in reservation.ledgers:
             lg.reserved_tokens -= reservation.tokens
             lg.reserved_cost -= reservation.cost

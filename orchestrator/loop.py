@@ -730,28 +730,41 @@ async def _compact(
         SpanKind.INTERNAL,
         partial(_turn_attributes, run.run_id, node.turns, node.path),
     ) as s:
-        source = node.messages
-        if overflow:
-            source, _ = clear_old_results(source, after=0, batch=1)
-            if state.compaction_threshold is not None:  # estimated tokens: characters / 4
-                room = state.compaction_threshold * 2 - node._fixed_chars
-                source = shorten_kept_results(source, room)
-        response = await _generate(
-            node, run, state.specs, node.agent.max_output_tokens, messages=summary_request(source)
-        )
-        summary = text_of(response.content) if isinstance(response, ModelResponse) else ""
+        # a summary request refused as too long is made again as after an overflow
+        for cut_down in (True,) if overflow else (False, True):
+            source = node.messages
+            if cut_down:
+                source, _ = clear_old_results(source, after=0, batch=1)
+                if state.compaction_threshold is not None:  # estimated tokens: characters / 4
+                    room = state.compaction_threshold * 2 - node._fixed_chars
+                    source = shorten_kept_results(source, room)
+            response = await _generate(
+                node,
+                run,
+                state.specs,
+                node.agent.max_output_tokens,
+                messages=summary_request(source),
+            )
+            if response is not CONTEXT_FULL:
+                break
         if node.status is not None:
             return False
+        # only a finished reply is a checkpoint: a refusal or a cut summary must not replace
+        # the transcript as if it were one
+        done = isinstance(response, ModelResponse) and response.stop_reason in _DONE
+        summary = text_of(response.content) if done and response is not None else ""
         if not summary.strip():
             node.finish(
                 RunStatus.CONTEXT_EXCEEDED,
                 "the transcript exceeded the context window and could not be compacted"
                 if response is CONTEXT_FULL
-                else "the transcript is too long and the model wrote no checkpoint summary",
+                else "the transcript is too long and the model wrote no checkpoint summary"
+                + (f" (stop_reason {response.stop_reason!r})" if response is not None else ""),
             )
             return False
         before = node.estimate()
         node.replace_messages(compacted_transcript(node.task, summary))
+        state.cut_text.clear()  # a cut answer's pieces are in the summary now, if anywhere
         if s.is_recording():
             s.set_attributes(
                 {
@@ -798,10 +811,14 @@ async def _generate(
     )
     ctx = node.model_context or _model_context(run, node)
     node.model_context = ctx
-    usage: Usage | None = None
+    usage: Usage | None = None  # None: unknown, a call sent and cut may still be billed
     try:
         if not node.limiters.try_acquire():
-            await node.limiters.acquire()
+            try:
+                await node.limiters.acquire()
+            except BaseException:
+                usage = Usage()  # cut while waiting for a slot: nothing was sent
+                raise
         try:
             # the call in this frame, not a helper's: every agent waits here, and each frame
             # on a waiting agent's stack is passed through twice per wait and walked by the GC

@@ -262,6 +262,8 @@ def transcript_problem(messages: Sequence[Message]) -> str | None:
             isinstance(b, BLOCK_TYPES) for b in message.content
         ):
             return f"message {i}'s content is not a tuple of content blocks"
+        if not message.content:
+            return f"message {i} is empty; the API refuses messages without content"
     if messages[0].role != "user":
         return "the first message must be the user's"
     pending: list[str] = []

@@ -36,7 +36,14 @@ from orchestrator import (
     tool,
 )
 from orchestrator.context import CLEARED_PREFIX, RESUME_HEADER, ContextPolicy
-from orchestrator.models import FunctionModel, ModelRequest, response, text, tool_call
+from orchestrator.models import (
+    FunctionModel,
+    ModelRequest,
+    ModelResponse,
+    response,
+    text,
+    tool_call,
+)
 
 TASK = "Read the documents in order, one per turn, and report the code word."
 DOC_CHARS = 2_000
@@ -672,6 +679,75 @@ async def test_overflow_recovery_works_with_a_window_that_applies_to_every_reque
     policy = ContextPolicy(compact_at_tokens=int(window * 0.9))
     result = await run(reader_agent(reader), TASK, limits=BIG, context=policy)
     assert result.status is RunStatus.COMPLETED, result.error
+
+
+async def test_a_proactive_checkpoint_refused_as_too_long_is_made_again_as_after_an_overflow() -> (
+    None
+):
+    # one large result jumps past both the threshold and the real window: the checkpoint
+    # request (the whole transcript) is refused too, and must be retried cut down
+    window = 6_000
+
+    @tool
+    def fetch(doc: int) -> str:
+        """Fetch a document."""
+        return f"doc {doc}: " + "z" * (16_000 if doc == 4 else 2_000)
+
+    def respond(request: ModelRequest) -> Any:
+        if request_tokens(request) * 4 // 3 > window:  # real tokens: characters / 3
+            raise ModelError("prompt is too long", kind="context_exceeded")
+        if is_checkpoint(request):
+            return text("Goal: fetch docs 0-5. Work left: the rest, then answer.")
+        if RESUME_HEADER in request.messages[0].text:
+            return text("done after the checkpoint")
+        fetched = sum(1 for m in request.messages for b in m.content if b.type == "tool_use")
+        return tool_call("fetch", {"doc": fetched}, id=f"c{fetched}")
+
+    agent = Agent("a", "x", model=FunctionModel(respond), tools=[fetch])
+    policy = ContextPolicy(compact_at_tokens=int(window * 0.9))
+    result = await run(agent, "go", limits=BIG, context=policy)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.output == "done after the checkpoint"
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        response(text("I can't help with that."), stop_reason="refusal"),
+        response(text("Goal: find the code w"), stop_reason="max_tokens"),
+        response(text("<partial"), stop_reason="brand_new_reason"),
+    ],
+    ids=["refusal", "max_tokens", "unknown"],
+)
+async def test_only_a_finished_reply_becomes_the_checkpoint(reply: ModelResponse) -> None:
+    def respond(request: ModelRequest) -> Any:
+        if is_checkpoint(request):
+            return reply
+        n = docs_read(request)
+        return tool_call("read", {"doc": n + 1}, id=f"c{n}")
+
+    agent = Agent("a", "x", model=FunctionModel(respond), tools=[read])
+    result = await run(agent, "go", limits=BIG, context=ContextPolicy(compact_at_tokens=2_000))
+    assert result.status is RunStatus.CONTEXT_EXCEEDED
+    assert f"stop_reason {reply.stop_reason!r}" in (result.error or "")
+    assert RESUME_HEADER not in result.messages[0].text  # the transcript was not replaced
+    check_transcript(result.messages)
+
+
+async def test_a_cut_answer_compacted_away_is_not_glued_to_the_answer_after_the_checkpoint() -> (
+    None
+):
+    def respond(request: ModelRequest) -> Any:
+        if is_checkpoint(request):
+            return text("Goal: write the report. Work left: write it from scratch.")
+        if RESUME_HEADER in request.messages[0].text:
+            return text("FRESH REPORT.")
+        return response(text("DRAFT " + "blah " * 1_000), stop_reason="max_tokens")
+
+    agent = Agent("a", "x", model=FunctionModel(respond))
+    result = await run(agent, "go", limits=BIG, context=ContextPolicy(compact_at_tokens=1_000))
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.output == "FRESH REPORT."
 
 
 async def test_a_lead_whose_transcript_is_mostly_subagent_answers_recovers_from_an_overflow() -> (

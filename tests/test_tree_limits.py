@@ -348,6 +348,52 @@ async def test_call_that_does_not_fit_waits_for_outstanding_reservations_instead
     assert elapsed == pytest.approx(4.0, abs=0.1)  # lead, a, b (after a), lead
 
 
+async def test_a_call_cut_while_waiting_for_a_concurrency_slot_gives_its_reservation_back(
+    autojump_clock,
+) -> None:
+    """Workers whose own timeout ends them while they queue for the one slot never sent a
+    request: their reservations must not stay on the budget and starve the lead."""
+
+    async def respond(req: Any) -> Any:
+        small = Usage(input_tokens=10, output_tokens=10)
+        if req.agent.name == "worker":
+            await trio.sleep(4)  # a slow call holding the only slot
+            return response(text("w"), usage=small)
+        if req.turn_index() == 0:
+            spawns = [spawn("worker", f"t{i}") for i in range(4)]
+            return response(*spawns, usage=small)
+        return response(text("lead done"), usage=small)
+
+    worker = Agent("worker", "W.", max_output_tokens=1000, limits=Limits(timeout=5))
+    lead = Agent("lead", "L.", subagents=[worker], max_output_tokens=1000)
+    limits = Limits(max_concurrency=1, token_budget=3_500)
+    result = await run(lead, "go", model=FunctionModel(respond), limits=limits)
+    assert result.status is RunStatus.COMPLETED, result.error
+    statuses = sorted(c.status.value for c in result.children)
+    assert statuses == ["completed", "timeout", "timeout", "timeout"]
+    # the worker that got the slot second sent its call before its timeout: that one may be
+    # billed; the last two never sent anything
+    assert sum(c.usage.requests for c in result.children) == 1
+
+
+async def test_usage_reported_as_negative_gives_no_budget_back() -> None:
+    def respond(req: Any) -> Any:
+        turn = req.turn_index()
+        if turn == 0:
+            return response(tool_call("search", {"query": "a"}), usage=Usage(input_tokens=-5_000))
+        return response(tool_call("search", {"query": f"q{turn}"}), usage=Usage(input_tokens=900))
+
+    @tool
+    async def search(query: str) -> str:
+        """Search."""
+        return "hit"
+
+    agent = Agent("a", "A.", model=FunctionModel(respond), tools=[search], max_output_tokens=100)
+    result = await run(agent, "go", limits=Limits(token_budget=3_000, max_turns=50))
+    assert result.status is RunStatus.BUDGET_EXCEEDED
+    assert result.own_usage.requests <= 5  # about 3,000 billed, not 8,000
+
+
 async def test_agents_own_token_budget_is_a_sub_budget_for_its_subtree(autojump_clock) -> None:
     script = Script(
         {
