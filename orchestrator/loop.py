@@ -67,7 +67,15 @@ from .models.base import (
 from .policy import Decision, PendingCall, Policy
 from .redact import redact
 from .result import RunResult, RunStatus
-from .tools import Tool, ToolContext, ToolRuntime, describe_exception, error_result, execute
+from .tools import (
+    Tool,
+    ToolContext,
+    ToolRuntime,
+    arguments_of,
+    describe_exception,
+    error_result,
+    execute,
+)
 
 __all__ = ["AgentNode", "RunState", "run_agent"]
 
@@ -135,7 +143,7 @@ class RunState:
     cancel_requested: bool = False
     deadline: float = math.inf
     context: ContextPolicy | None = None
-    approvals: trio.Lock = field(default_factory=trio.Lock)
+    approvals: trio.Semaphore = field(default_factory=lambda: trio.Semaphore(1))
     """Approvers answer one pending call at a time (see Policy.check)."""
     models: dict[str, Model] = field(default_factory=dict)
     """The model of every agent that names one, resolved once when the run starts."""
@@ -933,8 +941,16 @@ async def _call_one(
         if run.tracer
         else None,
     ) as s:
-        if call.name in node.tools and node.policy.decide(call.name) is Decision.ALLOW:
+        held = node.tools.get(call.name)
+        decision = node.policy.decide(call.name)
+        if held is not None and decision is Decision.ALLOW:
             refusal = None  # the common case, without building the approver's view of the call
+        elif (
+            held is not None
+            and decision is Decision.CONFIRM
+            and isinstance(problem := arguments_of(held, call), str)
+        ):
+            refusal = problem  # an approver is only asked about a call that could run
         else:
             pending = PendingCall(call.name, call.input, call.id, node.agent.name, node.path)
             refusal = await node.policy.check(

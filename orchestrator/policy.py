@@ -8,8 +8,13 @@ otherwise, a tool the agent does not hold is always refused, and ``confirm`` ask
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import inspect
+import logging
+import typing
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import suppress
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, TypeAlias
@@ -17,10 +22,13 @@ from typing import Any, Literal, TypeAlias
 import trio
 
 from .errors import ConfigurationError
+from .redact import redact
+from .tools import SeenLimiter, describe_exception
 
 __all__ = ["Approver", "Decision", "PendingCall", "Policy"]
 
 RuleValue: TypeAlias = Literal["allow", "confirm", "deny"]
+_logger = logging.getLogger(__name__)
 
 
 class Decision(StrEnum):
@@ -129,13 +137,19 @@ class Policy:
         return decision
 
     async def check(
-        self, call: PendingCall, held: frozenset[str], *, one_at_a_time: trio.Lock | None = None
+        self,
+        call: PendingCall,
+        held: frozenset[str],
+        *,
+        one_at_a_time: trio.Semaphore | None = None,
     ) -> str | None:
         """``None`` if the call may run, else the refusal the model reads.
 
-        ``one_at_a_time`` (the run's) makes approvers answer one call after another: a person
-        at a terminal must see each question with its own answer, even when parallel calls in
-        several agents need confirmation at once.
+        ``one_at_a_time`` (the run's, of one slot) makes approvers answer one call after
+        another: a person at a terminal must see each question with its own answer, even when
+        parallel calls in several agents need confirmation at once. A sync approver whose wait
+        was cut (an agent's timeout) still holds it until its thread returns: the question it
+        shows is still open.
         """
         if call.name not in held:
             return (
@@ -154,31 +168,70 @@ class Policy:
                 f"tool {call.name!r} needs approval and no approver is configured; it was not run"
             )
         for approver in self._approvers:
+            # the approver's own copy: one that edits what it shows must not change the call
+            asked = dataclasses.replace(call, input=copy.deepcopy(call.input))
             try:
-                if one_at_a_time is None:
-                    verdict = await _ask(approver, call)
-                else:
-                    async with one_at_a_time:
-                        verdict = await _ask(approver, call)
+                verdict = await _ask(approver, asked, one_at_a_time)
             except Exception as exc:  # fail closed: an approver that breaks approves nothing
+                _logger.warning(  # no traceback: its text may quote secrets, redacted here
+                    "the approver raised on a call to %r by %s: it was not run (%s)",
+                    call.name,
+                    call.agent_path,
+                    redact(describe_exception(exc)),
+                )
                 return (
                     f"the approver failed ({type(exc).__name__}) on the call to {call.name!r}; "
                     "it was not run"
                 )
             if verdict is not True:
+                if not isinstance(verdict, bool):  # a forgotten return is a bug, not a "no"
+                    _logger.warning(
+                        "the approver returned a %s, not True or False, on a call to %r by %s: "
+                        "it was not run",
+                        type(verdict).__name__,
+                        call.name,
+                        call.agent_path,
+                    )
+                    return (
+                        f"the approver gave no answer on the call to {call.name!r} "
+                        f"(it returned {type(verdict).__name__}); it was not run"
+                    )
                 return f"the call to {call.name!r} was declined by the approver; it was not run"
         return None
 
 
-async def _ask(approver: Approver, call: PendingCall) -> object:
-    """An approver's verdict. A sync approver (say, one reading a terminal) runs in a worker
-    thread, so it never blocks the run's other agents nor its deadline."""
+async def _ask(approver: Approver, call: PendingCall, gate: trio.Semaphore | None) -> object:
+    """An approver's verdict, holding ``gate`` while it is asked. A sync approver (say, one
+    reading a terminal) runs in a worker thread, so it never blocks the run's other agents nor
+    its deadline."""
     if inspect.iscoroutinefunction(approver) or inspect.iscoroutinefunction(
         getattr(approver, "__call__", None)  # noqa: B004
     ):
-        return await approver(call)  # type: ignore[misc]
-    # boxed, so a sync callable that returns an awaitable can hand it back to be awaited here
-    (verdict,) = await trio.to_thread.run_sync(lambda: (approver(call),), abandon_on_cancel=True)
+        if gate is None:
+            return await approver(call)  # type: ignore[misc]
+        async with gate:
+            return await approver(call)  # type: ignore[misc]
+    if gate is not None:
+        await gate.acquire()
+    token = trio.lowlevel.current_trio_token()
+
+    def ask() -> tuple[object]:
+        try:  # boxed: a sync callable returning an awaitable hands it back to be awaited
+            return (approver(call),)
+        finally:
+            if gate is not None:  # released when the question is answered, even if abandoned
+                with suppress(trio.RunFinishedError):
+                    trio.from_thread.run_sync(gate.release, trio_token=token)
+
+    limiter = SeenLimiter(trio.to_thread.current_default_thread_limiter())
+    try:
+        (verdict,) = await trio.to_thread.run_sync(
+            ask, abandon_on_cancel=True, limiter=typing.cast("trio.CapacityLimiter", limiter)
+        )
+    except BaseException:
+        if gate is not None and not limiter.acquired:  # no thread: nobody else releases it
+            gate.release()
+        raise
     if inspect.isawaitable(verdict):
         verdict = await verdict
     return verdict

@@ -455,6 +455,19 @@ def describe_validation_error(t: Tool, exc: pydantic.ValidationError) -> str:
     )
 
 
+def arguments_of(t: Tool, call: ToolUseBlock) -> dict[str, Any] | str:
+    """The call's validated keyword arguments, or what is wrong with them (for the model)."""
+    if type(call.input) is not dict and not isinstance(call.input, Mapping):
+        return (
+            f"arguments for tool {t.name!r} must be a JSON object, got {type(call.input).__name__}. "
+            f"Call it again with arguments matching this schema: {canonical_json(t.input_schema)}"
+        )
+    try:
+        return t.validate(call.input)
+    except pydantic.ValidationError as exc:
+        return describe_validation_error(t, exc)
+
+
 async def execute(
     t: Tool, call: ToolUseBlock, ctx: ToolContext | None, rt: ToolRuntime
 ) -> ToolResultBlock:
@@ -466,17 +479,9 @@ async def execute(
     only built (and only needed) for tools that take one.
     """
     limit = rt.max_result_chars
-    if type(call.input) is not dict and not isinstance(call.input, Mapping):
-        return error_result(
-            call.id,
-            f"arguments for tool {t.name!r} must be a JSON object, got {type(call.input).__name__}. "
-            f"Call it again with arguments matching this schema: {canonical_json(t.input_schema)}",
-            limit,
-        )
-    try:
-        kwargs = t.validate(call.input)
-    except pydantic.ValidationError as exc:
-        return error_result(call.id, describe_validation_error(t, exc), limit)
+    kwargs = arguments_of(t, call)
+    if isinstance(kwargs, str):
+        return error_result(call.id, kwargs, limit)
     args = (ctx,) if t.takes_context else ()
     if t.runtime_tool:
         # spawn_subagent, awaited here and not in _attempt: a child's whole loop runs under
@@ -516,8 +521,9 @@ def _value_result(t: Tool, call: ToolUseBlock, value: Any, rt: ToolRuntime) -> T
     return ToolResultBlock(call.id, cap(text, rt.max_result_chars))
 
 
-class _SeenLimiter:
-    """The run's thread limiter, remembering whether this call got a slot (so a thread)."""
+class SeenLimiter:
+    """A thread limiter that remembers whether this call got a slot: if it did, its thread
+    runs (or will), even when the waiting task was cancelled and abandoned it."""
 
     __slots__ = ("acquired", "inner")
 
@@ -551,14 +557,14 @@ async def _attempt(
     """One call: the value, or the error text the model should read (a ``str`` may be
     retried)."""
     timeout = rt.timeout
-    limiter: _SeenLimiter | None = None
+    limiter: SeenLimiter | None = None
     try:
         if t.never_waits:  # no checkpoint in it for a timeout to fire at: no cancel scope (~9 µs)
             return _Ok(await t.fn(*args, **kwargs))
         with trio.move_on_after(timeout) if timeout < math.inf else contextlib.nullcontext():
             if t.is_async:
                 return _Ok(await t.fn(*args, **kwargs))
-            limiter = _SeenLimiter(rt.thread_limiter)
+            limiter = SeenLimiter(rt.thread_limiter)
             try:
                 return _Ok(
                     await trio.to_thread.run_sync(

@@ -420,3 +420,123 @@ async def test_approvers_need_not_be_hashable_nor_truthy() -> None:
     ran: list[str] = []
     await run(_confirm_agent(Log(), ran), "go", policy=Policy())
     assert sorted(ran) == ["f0", "f1"]
+
+
+async def test_a_sync_approver_cut_by_a_timeout_still_holds_the_next_question_back() -> None:
+    # its thread keeps showing the first question: a second one asked meanwhile would be
+    # answered by whatever the person typed for the first
+    import threading
+    import time
+
+    lock = threading.Lock()
+    open_questions = [0, 0]  # now, most at once
+
+    def person(call: PendingCall) -> bool:
+        with lock:
+            open_questions[0] += 1
+            open_questions[1] = max(open_questions[1], open_questions[0])
+        time.sleep(0.4)
+        with lock:
+            open_questions[0] -= 1
+        return True
+
+    @tool
+    async def nap() -> str:
+        """Wait a little, so the other agent asks second."""
+        await trio.sleep(0.05)
+        return "rested"
+
+    @tool
+    async def delete(path: str) -> str:
+        """Delete a file."""
+        return "deleted"
+
+    slow = Agent("slow", "S.", tools=[delete], limits=Limits(timeout=0.1))
+    other = Agent("other", "O.", tools=[delete, nap])
+    lead = Agent(
+        "lead",
+        "L.",
+        subagents=[slow, other],
+        policy=Policy(rules={"delete": "confirm"}, approver=person),
+    )
+    model = ScriptedModel(
+        {
+            "lead": [
+                [
+                    tool_call("spawn_subagent", {"agent": "slow", "task": "t"}),
+                    tool_call("spawn_subagent", {"agent": "other", "task": "t"}),
+                ],
+                text("done"),
+            ],
+            "slow": [tool_call("delete", {"path": "A"}), text("ok")],
+            "other": [tool_call("nap", {}), tool_call("delete", {"path": "B"}), text("ok")],
+        }
+    )
+    result = await run(lead, "go", model=model)
+    assert [c.status for c in result.children] == [RunStatus.TIMEOUT, RunStatus.COMPLETED]
+    assert open_questions[1] == 1
+
+
+async def test_an_approver_edits_its_own_copy_of_the_calls_input() -> None:
+    seen: list[str] = []
+
+    @tool
+    async def write(path: str, content: str) -> str:
+        """Write a file."""
+        seen.append(content)
+        return "written"
+
+    def approve(call: PendingCall) -> bool:
+        call.input.pop("content")  # type: ignore[attr-defined]  # shown shorter, say
+        return True
+
+    model = ScriptedModel([tool_call("write", {"path": "n.txt", "content": "keep"}), text("done")])
+    policy = Policy(rules={"write": "confirm"}, approver=approve)
+    result = await run(Agent("a", "A.", model=model, tools=[write], policy=policy), "go")
+    assert seen == ["keep"]
+    assert result.messages[1].tool_uses[0].input == {"path": "n.txt", "content": "keep"}
+
+
+async def test_an_approver_is_not_asked_about_a_call_with_invalid_arguments() -> None:
+    asked: list[PendingCall] = []
+
+    def approve(call: PendingCall) -> bool:
+        asked.append(call)
+        return True
+
+    calls, _, res = await call(
+        "delete_file",
+        {"paths": "/tmp/x"},
+        policy=Policy(rules={"delete_file": "confirm"}, approver=approve),
+    )
+    assert asked == [] and calls == []
+    assert res.is_error and "invalid arguments" in res.content
+
+
+@pytest.mark.parametrize("answer", [None, "yes", 1])
+async def test_an_approver_answering_neither_true_nor_false_is_reported_as_a_bug(
+    answer: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    calls, _, res = await call(
+        "delete_file",
+        {"path": "/tmp/x"},
+        policy=Policy(rules={"delete_file": "confirm"}, approver=lambda c: answer),  # type: ignore[arg-type,return-value]
+    )
+    assert calls == []
+    assert res.is_error and "gave no answer" in res.content
+    assert "not True or False" in caplog.text
+
+
+async def test_an_approver_that_raises_is_logged_with_its_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def broken(call: PendingCall) -> bool:
+        raise KeyError("path")
+
+    calls, _, res = await call(
+        "delete_file",
+        {"path": "/tmp/x"},
+        policy=Policy(rules={"delete_file": "confirm"}, approver=broken),
+    )
+    assert calls == [] and res.is_error and "KeyError" in res.content
+    assert "approver raised" in caplog.text and "KeyError: 'path'" in caplog.text
