@@ -227,42 +227,88 @@ def _never_waits(fn: Callable[..., Any]) -> bool:
     return all("YIELD" not in ins.opname for ins in dis.get_instructions(fn.__code__))
 
 
+_PARAM_SECTIONS = frozenset(
+    {"args", "arguments", "parameters", "params", "keyword args", "keyword arguments"}
+)
+_OTHER_SECTIONS = frozenset(
+    {
+        "returns",
+        "return",
+        "raises",
+        "yields",
+        "yield",
+        "examples",
+        "example",
+        "note",
+        "notes",
+        "see also",
+        "warning",
+        "warnings",
+        "references",
+        "attributes",
+        "other parameters",
+    }
+)
+_SPHINX_PARAM = re.compile(r":param\s+(?:[^:]*\s+)?(\w+):\s*(.*)")
+_GOOGLE_PARAM = re.compile(r"(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)")
+_NUMPY_PARAM = re.compile(r"(\w+)(?:\s*:.*)?")
+
+
 def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
-    """Split a docstring into its description and Google/Sphinx-style parameter docs."""
+    """Split a docstring into its description and its parameter docs.
+
+    Google (``Args:``), NumPy (``Parameters`` over a dashed line) and Sphinx (``:param x:``)
+    styles. Other sections (``Returns``, ``Raises``, ``Examples`` ...) are left out of the
+    description: the model reads the schema, not the function's contract with its callers.
+    """
+    lines = doc.splitlines()
+    summary: list[str] = []
     params: dict[str, str] = {}
-    summary_lines: list[str] = []
-    in_args = False
+    section: str | None = None  # None: the description; "params"; "other"
+    numpy = False
+    header_indent = 0
+    param_indent: int | None = None
     current: str | None = None
-    for line in doc.splitlines():
+    i = 0
+    while i < len(lines):
+        line = lines[i]
         stripped = line.strip()
-        sphinx = re.match(r":param\s+(?:\w+\s+)?(\w+):\s*(.*)", stripped)
+        indent = len(line) - len(line.lstrip())
+        underline = lines[i + 1].strip() if i + 1 < len(lines) else ""
+        dashed = len(underline) >= 3 and set(underline) == {"-"}
+        name = stripped.rstrip(":").lower()
+        if (stripped.endswith(":") or dashed) and name in _PARAM_SECTIONS | _OTHER_SECTIONS:
+            section = "params" if name in _PARAM_SECTIONS else "other"
+            numpy, header_indent, param_indent, current = dashed, indent, None, None
+            i += 2 if dashed else 1
+            continue
+        sphinx = _SPHINX_PARAM.match(stripped)
         if sphinx:
             params[sphinx.group(1)] = sphinx.group(2)
+            i += 1
             continue
-        if stripped.rstrip(":").lower() in ("args", "arguments", "parameters", "params"):
-            in_args = True
+        if stripped.startswith(":"):  # other Sphinx fields (:returns:, :raises ...:)
+            i += 1
             continue
-        if in_args:
-            if stripped.rstrip(":").lower() in (
-                "returns",
-                "raises",
-                "yields",
-                "examples",
-                "example",
-            ):
-                in_args = False
-                continue
-            m = re.match(r"(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)", stripped)
-            if m and not line.startswith(" " * 8):
-                current = m.group(1)
-                params[current] = m.group(2)
-            elif current and stripped:
+        if section is not None and stripped and not numpy and indent <= header_indent:
+            section = None  # a Google section ends where the text comes back to its margin
+        if section is None:
+            summary.append(line)
+        elif section == "params" and stripped:
+            if numpy:
+                is_name = indent <= header_indent
+                match = _NUMPY_PARAM.fullmatch(stripped) if is_name else None
+            else:
+                param_indent = indent if param_indent is None else param_indent
+                is_name = indent <= param_indent
+                match = _GOOGLE_PARAM.fullmatch(stripped) if is_name else None
+            if match:
+                current = match.group(1)
+                params[current] = match.group(2) if not numpy else ""
+            elif current is not None:
                 params[current] = f"{params[current]} {stripped}".strip()
-            continue
-        if stripped.startswith(":") or stripped.rstrip(":").lower() in ("returns", "raises"):
-            continue
-        summary_lines.append(line)
-    return "\n".join(summary_lines).strip(), params
+        i += 1
+    return "\n".join(summary).strip(), params
 
 
 def _annotated(fn: Callable[..., Any]) -> Callable[..., Any]:

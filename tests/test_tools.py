@@ -73,6 +73,79 @@ def test_the_schema_comes_from_type_hints_and_docstring():
     assert schema["required"] == ["query"]
 
 
+def _weather_google(city: str, days: int = 1) -> str:
+    """Get the weather forecast.
+
+    Args:
+        city (str): The city name, e.g. "Paris".
+        days: How many days.
+            Up to 7.
+
+    Returns:
+        A JSON string with the forecast for each day.
+
+    Raises:
+        ValueError: if the city is unknown.
+    """
+    return ""
+
+
+def _weather_numpy(city: str, days: int = 1) -> str:
+    """Get the weather forecast.
+
+    Parameters
+    ----------
+    city : str
+        The city name, e.g. "Paris".
+    days : int
+        How many days.
+        Up to 7.
+
+    Returns
+    -------
+    str
+        A JSON string with the forecast for each day.
+    """
+    return ""
+
+
+def _weather_sphinx(city: str, days: int = 1) -> str:
+    """Get the weather forecast.
+
+    :param str city: The city name, e.g. "Paris".
+    :param days: How many days. Up to 7.
+    :returns: A JSON string with the forecast for each day.
+    :raises ValueError: if the city is unknown.
+    """
+    return ""
+
+
+@pytest.mark.parametrize("fn", [_weather_google, _weather_numpy, _weather_sphinx])
+def test_google_numpy_and_sphinx_docstrings_give_the_same_description_and_parameters(fn):
+    t = tool(fn)
+    assert t.description == "Get the weather forecast."
+    props = t.input_schema["properties"]
+    assert props["city"]["description"] == 'The city name, e.g. "Paris".'
+    assert props["days"]["description"] == "How many days. Up to 7."
+
+
+def test_a_continuation_line_with_a_colon_stays_with_its_parameter():
+    def fetch(url: str, timeout: float = 1.0) -> str:
+        """Fetch a page.
+
+        Args:
+          url: The address to fetch.
+            Example: https://example.com/page
+          timeout: Seconds to wait.
+        """
+        return ""
+
+    props = tool(fetch).input_schema["properties"]
+    assert props["url"]["description"] == "The address to fetch. Example: https://example.com/page"
+    assert props["timeout"]["description"] == "Seconds to wait."
+    assert "Example" not in props
+
+
 def test_the_schema_is_plain_json():
     json.dumps(search.input_schema)
 
