@@ -215,12 +215,22 @@ class AgentTree:
         }
 
     def _check_limits(self, run_limits: Limits | None) -> None:
+        """Refuse an agent whose one call could never fit its budget: the run's, or the
+        smallest own ``token_budget`` of the agent and any agent it can run under."""
         budget = tree_wide_limits(run_limits, self.root.limits).token_budget
-        for agent in self.by_name.values():
+        pending: list[tuple[Agent, int | None]] = [(self.root, budget)]
+        seen: set[tuple[str, int | None]] = set()
+        while pending:  # a recursive tree ends: a budget only shrinks along a path
+            agent, cap = pending.pop()
             own = agent.limits.token_budget if agent.limits else None
-            cap = min(b for b in (budget, own) if b is not None) if (budget or own) else None
+            if own is not None:
+                cap = own if cap is None else min(cap, own)
+            if (agent.name, cap) in seen:
+                continue
+            seen.add((agent.name, cap))
             if cap is not None and agent.max_output_tokens > cap:
                 raise ConfigurationError(
                     f"agent {agent.name!r}: max_output_tokens={agent.max_output_tokens} exceeds the "
-                    f"token budget ({cap}); no model call could ever fit"
+                    f"token budget ({cap}) it runs under; no model call could ever fit"
                 )
+            pending.extend((child, cap) for child in self._subagents[agent.name])

@@ -519,6 +519,19 @@ async def test_output_cap_larger_than_the_token_budget_is_a_configuration_error(
     assert calls == []
 
 
+async def test_output_cap_larger_than_an_ancestors_own_budget_is_a_configuration_error() -> None:
+    # the middle agent's own budget holds its whole subtree: the leaf could never make a call
+    model, calls = counting_model()
+    leaf = Agent("leaf", "L.", max_output_tokens=8_000)
+    middle = Agent(
+        "middle", "M.", subagents=[leaf], max_output_tokens=100, limits=Limits(token_budget=5_000)
+    )
+    lead = Agent("lead", "L.", subagents=[middle], model=model, max_output_tokens=100)
+    with pytest.raises(ConfigurationError, match=r"'leaf'.*5000"):
+        await run(lead, "q")
+    assert calls == []
+
+
 async def test_one_definition_reused_under_two_parents_is_allowed() -> None:
     script = Script(
         {
