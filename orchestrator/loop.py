@@ -547,22 +547,7 @@ async def _generate_step(
         return None
     if response is None:
         return None
-    usage = response.usage
-    node.turn_log.append(
-        TurnContext(
-            node.turns, estimate, usage.input_tokens, usage.cache_read_tokens, cleared, compacted
-        )
-    )
-    if run.tracer and turn_span.is_recording():
-        turn_span.set_attributes(
-            {
-                "orchestrator.context.input_tokens_estimate": estimate,
-                "orchestrator.context.cleared_results": cleared,
-                "orchestrator.context.compacted": compacted,
-                "orchestrator.context.cache_read_tokens": usage.cache_read_tokens,
-                "orchestrator.stop_reason": response.stop_reason,
-            }
-        )
+    _record_turn(node, run, turn_span, estimate, cleared, compacted, response)
     if response.stop_reason == "max_tokens" and _tool_calls(response):
         response = await _generate(
             node, run, state.specs, max(max_tokens, min(max_tokens * 2, MAX_OUTPUT_CAP))
@@ -571,6 +556,8 @@ async def _generate_step(
             if node.status is None:
                 node.finish(RunStatus.CONTEXT_EXCEEDED, CONTEXT_EXCEEDED_REASON)
             return None
+        node.turn_log.pop()  # the turn is the retried call's: the cut one was dropped
+        _record_turn(node, run, turn_span, estimate, cleared, compacted, response)
         if response.stop_reason == "max_tokens" and _tool_calls(response):
             node.finish(
                 RunStatus.ERROR,
@@ -590,6 +577,34 @@ async def _generate_step(
             _check_turns(node, state, "after compacting")
         return None
     return response
+
+
+def _record_turn(
+    node: AgentNode,
+    run: RunState,
+    turn_span: Any,
+    estimate: int,
+    cleared: int,
+    compacted: bool,
+    response: ModelResponse,
+) -> None:
+    """The turn's context figures, in ``turn_log`` and on its span."""
+    usage = response.usage
+    node.turn_log.append(
+        TurnContext(
+            node.turns, estimate, usage.input_tokens, usage.cache_read_tokens, cleared, compacted
+        )
+    )
+    if run.tracer and turn_span.is_recording():
+        turn_span.set_attributes(
+            {
+                "orchestrator.context.input_tokens_estimate": estimate,
+                "orchestrator.context.cleared_results": cleared,
+                "orchestrator.context.compacted": compacted,
+                "orchestrator.context.cache_read_tokens": usage.cache_read_tokens,
+                "orchestrator.stop_reason": response.stop_reason,
+            }
+        )
 
 
 def _parse_step(node: AgentNode, state: _LoopState, response: ModelResponse) -> list[ToolUseBlock]:

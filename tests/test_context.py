@@ -791,6 +791,24 @@ async def test_a_lead_whose_transcript_is_mostly_subagent_answers_recovers_from_
 # The turn log and span attributes
 
 
+async def test_turn_log_holds_the_retried_call_after_a_tool_call_cut_by_max_tokens() -> None:
+    def respond(request: ModelRequest) -> Any:
+        if request.turn_index() == 0 and request.max_tokens <= 4096:  # cut, dropped, retried
+            return response(
+                tool_call("read", {}), stop_reason="max_tokens", usage=Usage(input_tokens=100)
+            )
+        if request.turn_index() == 0:
+            return response(
+                tool_call("read", {"doc": 1}), usage=Usage(input_tokens=100, cache_read_tokens=90)
+            )
+        return response(text("done"), usage=Usage(input_tokens=120, cache_read_tokens=100))
+
+    agent = Agent("a", "x", model=FunctionModel(respond), tools=[read])
+    result = await run(agent, "go")
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert [(t.turn, t.cache_read_tokens) for t in result.turn_log] == [(1, 90), (2, 100)]
+
+
 async def test_turn_log_records_estimate_clearing_compaction_and_cache_reads() -> None:
     provider, exporter = in_memory_tracing()
 
