@@ -813,11 +813,15 @@ async def _generate(
     estimate = node.estimate()
     ledger = node.ledger
     tokens = estimate + max_tokens
-    cost = (
-        model.cost(Usage(input_tokens=estimate, output_tokens=max_tokens))
-        if ledger.tracks_cost
-        else 0.0
-    )
+    cost = 0.0
+    if ledger.tracks_cost:
+        try:
+            cost = model.cost(Usage(input_tokens=estimate, output_tokens=max_tokens))
+            if isinstance(cost, bool) or not isinstance(cost, int | float):
+                raise TypeError(f"it returned {cost!r}, not a number of dollars")
+        except Exception as exc:  # a model adapter bug: end this agent, not the tree
+            node.finish(RunStatus.ERROR, f"the model's cost() failed: {describe_exception(exc)}")
+            return None
     try:
         reservation = ledger.try_reserve(tokens, cost) or await ledger.reserve(tokens, cost)
     except BudgetExceeded as exc:
@@ -863,6 +867,10 @@ async def _generate(
                 response: ModelResponse | None
                 try:
                     answered = await checkpointed(model.request(request, ctx))
+                    if not isinstance(answered, ModelResponse):
+                        raise TypeError(
+                            f"request() returned a {type(answered).__name__}, not a ModelResponse"
+                        )
                 except Exception as exc:
                     response = _failed_call(node, run, s, exc)
                 else:

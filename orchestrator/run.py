@@ -9,6 +9,7 @@ waits for it to wind down, so no task outlives the block.
 
 from __future__ import annotations
 
+import logging
 import math
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -30,14 +31,16 @@ from .messages import Message, transcript_problem
 from .models import resolve_model
 from .models.base import ClientPool, Model
 from .policy import Policy
-from .redact import RUN_SECRETS, secret_values
+from .redact import RUN_SECRETS, redact, secret_values
 from .result import RunResult
 from .spawn import make_root
+from .tools import describe_exception
 from .tracing import content_capture_enabled, flush_tracer_provider
 
 __all__ = ["RunHandle", "open_run", "run", "run_sync"]
 
 _CLOSE_TIMEOUT = 5.0
+_logger = logging.getLogger(__name__)
 DEFAULT_TOOL_THREADS = 32
 """Worker threads a run's sync tools may use at once, unless ``tool_threads`` says otherwise."""
 
@@ -191,7 +194,12 @@ async def open_run(
         # close every client even when the caller is being cancelled, but never hang on it
         with trio.CancelScope(shield=True) as close_scope:
             close_scope.deadline = trio.current_time() + _CLOSE_TIMEOUT
-            await stack.aclose()
+            try:
+                await stack.aclose()
+            except Exception as exc:  # a client failing to close must not cost the result
+                _logger.warning(
+                    "closing the run's model clients failed: %s", redact(describe_exception(exc))
+                )
 
 
 def _prepare(

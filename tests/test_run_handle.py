@@ -585,3 +585,31 @@ async def test_a_history_of_consecutive_user_messages_is_accepted() -> None:
     agent = Agent("a", "i", model=ScriptedModel([text("hi")]))
     result = await run(agent, "next", message_history=[Message.user("doc"), Message.user("q")])
     assert result.output == "hi"
+
+
+async def test_a_client_that_fails_to_close_is_logged_and_the_result_kept(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from contextlib import asynccontextmanager
+
+    from orchestrator.models import response
+
+    class PooledModel:
+        provider = "pooled"
+        name = "pooled-1"
+
+        def cost(self, usage: Any) -> float:
+            return 0.0
+
+        async def request(self, request: Any, ctx: Any) -> Any:
+            @asynccontextmanager
+            async def client() -> Any:
+                yield object()
+                raise RuntimeError("close failed")
+
+            await ctx.clients.get("pooled", client)
+            return response(text("answer"))
+
+    result = await run(Agent("a", "x", model=PooledModel()), "go")  # type: ignore[arg-type]
+    assert result.status is RunStatus.COMPLETED and result.output == "answer"
+    assert "close failed" in caplog.text

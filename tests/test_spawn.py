@@ -351,6 +351,41 @@ async def test_child_model_failure_comes_back_as_is_error_result_and_the_parent_
     assert "error" in failed.content and "overloaded" in failed.content
 
 
+class _BrokenModel:
+    """A model adapter with a bug outside request() raising: a cost() that fails, or a
+    request() returning something other than a ModelResponse."""
+
+    provider = "broken"
+    name = "broken-1"
+
+    def __init__(self, bug: str) -> None:
+        self.bug = bug
+
+    def cost(self, usage: Usage) -> float:
+        if self.bug == "cost raises":
+            raise ValueError("no price for this model")
+        return None if self.bug == "cost is None" else 0.0  # type: ignore[return-value]
+
+    async def request(self, request: Any, ctx: Any) -> Any:
+        return text("an answer block, not a response")
+
+
+@pytest.mark.parametrize("bug", ["cost raises", "cost is None", "request returns a block"])
+async def test_a_childs_model_adapter_bug_ends_that_child_not_the_run(bug: str) -> None:
+    lead_model = ScriptedModel(
+        [[spawn("worker", "a", id="s1"), spawn("broken", "b", id="s2")], text("carried on")]
+    )
+    worker = Agent("worker", "W.", model=ScriptedModel([text("done")]))
+    broken = Agent("broken", "B.", model=_BrokenModel(bug))  # type: ignore[arg-type]
+    lead = Agent("lead", "L.", subagents=[worker, broken], model=lead_model)
+
+    result = await run(lead, "q", limits=Limits(cost_budget_usd=5.0))
+
+    assert result.status is RunStatus.COMPLETED
+    assert [c.status for c in result.children] == [RunStatus.COMPLETED, RunStatus.ERROR]
+    assert result_for(result.messages, "s2").is_error
+
+
 async def test_child_without_a_model_uses_its_parents_model() -> None:
     script = Script({"lead": [spawn("researcher", "t", id="s1")], "researcher": [text("hi")]})
     lead = Agent("lead", "L.", subagents=[Agent("researcher", "R.")], model=script.model)
