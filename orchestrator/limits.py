@@ -264,9 +264,12 @@ class Ledger:
         if reservation.settled:
             return
         reservation.settled = True
-        # a model reporting negative usage must not give budget back
-        tokens = reservation.tokens if usage is None else max(0, usage.billed_tokens)
-        cost = reservation.cost if usage is None else max(0.0, usage.cost_usd)
+        if usage is None:
+            tokens, cost = reservation.tokens, reservation.cost
+        else:
+            tokens, cost = usage.billed_tokens, usage.cost_usd
+            if tokens < 0 or cost < 0:  # a model reporting negative usage gives nothing back
+                tokens, cost = max(0, tokens), max(0.0, cost)
         for lg in reservation.ledgers:
             lg.reserved_tokens -= reservation.tokens
             lg.reserved_cost -= reservation.cost

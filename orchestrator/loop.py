@@ -84,6 +84,8 @@ _KNOWN = (
     frozenset({"tool_use", "max_tokens", "pause_turn", "refusal", "model_context_window_exceeded"})
     | _DONE
 )
+_SUMMARY_STOPS = _DONE | {"tool_use", "max_tokens"}
+"""Stop reasons whose text may stand as a checkpoint summary."""
 MAX_OUTPUT_CAP = 64_000
 _IS_ERROR = operator.attrgetter("is_error")
 CONTEXT_FULL = ModelResponse((), "model_context_window_exceeded")
@@ -772,18 +774,25 @@ async def _compact(
                 break
         if node.status is not None:
             return False
-        # only a finished reply is a checkpoint: a refusal or a cut summary must not replace
-        # the transcript as if it were one
-        done = isinstance(response, ModelResponse) and response.stop_reason in _DONE
-        summary = text_of(response.content) if done and response is not None else ""
-        if not summary.strip():
-            node.finish(
-                RunStatus.CONTEXT_EXCEEDED,
-                "the transcript exceeded the context window and could not be compacted"
-                if response is CONTEXT_FULL
-                else "the transcript is too long and the model wrote no checkpoint summary"
-                + (f" (stop_reason {response.stop_reason!r})" if response is not None else ""),
+        # a refusal or a reply the loop does not know must not replace the transcript as if it
+        # were a summary; a summary cut by max_tokens (most of it) or followed by a tool call
+        # (its text) is kept
+        if response is None or response is CONTEXT_FULL:
+            summary, reason = (
+                "",
+                "the transcript exceeded the context window and could not be compacted",
             )
+        elif response.stop_reason not in _SUMMARY_STOPS:
+            summary = ""
+            reason = (
+                "the transcript is too long and the checkpoint summary was not written "
+                f"(stop_reason {response.stop_reason!r})"
+            )
+        else:
+            summary = text_of(response.content)
+            reason = "the transcript is too long and the model wrote no checkpoint summary"
+        if not summary.strip():
+            node.finish(RunStatus.CONTEXT_EXCEEDED, reason)
             return False
         before = node.estimate()
         node.replace_messages(compacted_transcript(node.task, summary))

@@ -266,6 +266,11 @@ def transcript_problem(messages: Sequence[Message]) -> str | None:
             return f"message {i} is empty; the API refuses messages without content"
     if messages[0].role != "user":
         return "the first message must be the user's"
+    if all(
+        isinstance(b, TextBlock) and (not b.text or b.text.isspace()) for b in messages[0].content
+    ):
+        # blank text is left out of requests: the request would start with the assistant's
+        return "the first message is blank; it must be the user's"
     pending: list[str] = []
     for i, message in enumerate(messages):
         results = [b.tool_use_id for b in message.content if isinstance(b, ToolResultBlock)]

@@ -12,7 +12,7 @@ import copy
 import dataclasses
 import inspect
 import logging
-import typing
+import threading
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -23,7 +23,7 @@ import trio
 
 from .errors import ConfigurationError
 from .redact import redact
-from .tools import SeenLimiter, describe_exception
+from .tools import describe_exception
 
 __all__ = ["Approver", "Decision", "PendingCall", "Policy"]
 
@@ -118,9 +118,9 @@ class Policy:
             return self
         rules: dict[str, RuleValue] = {}
         for name in {*self.rules, *stricter_of.rules}:
-            a, b = self.decide(name), stricter_of._unanswerable_as_deny(stricter_of.decide(name))
+            a, b = self.decide(name), self._upper_rule(stricter_of, stricter_of.decide(name))
             rules[name] = (a if a.strictness >= b.strictness else b).value
-        da, db = self._default, stricter_of._unanswerable_as_deny(stricter_of._default)
+        da, db = self._default, self._upper_rule(stricter_of, stricter_of._default)
         default: RuleValue = (da if da.strictness >= db.strictness else db).value
         combined = Policy(rules, default, self.approver or stricter_of.approver)
         approvers: list[Approver] = []
@@ -130,9 +130,11 @@ class Policy:
         object.__setattr__(combined, "_approvers", tuple(approvers))
         return combined
 
-    def _unanswerable_as_deny(self, decision: Decision) -> Decision:
-        """This layer's rule for layers below: ``confirm`` with nobody to ask declines."""
-        if decision is Decision.CONFIRM and not self._approvers:
+    def _upper_rule(self, upper: Policy, decision: Decision) -> Decision:
+        """An upper layer's rule as it binds this one: its ``confirm`` with nobody of its own
+        to ask declines every call, so where this layer's approvers could answer it, it is
+        ``deny`` (left as it is otherwise, the refusal says that no approver is configured)."""
+        if decision is Decision.CONFIRM and not upper._approvers and self._approvers:
             return Decision.DENY
         return decision
 
@@ -213,25 +215,52 @@ async def _ask(approver: Approver, call: PendingCall, gate: trio.Semaphore | Non
             return await approver(call)  # type: ignore[misc]
     if gate is not None:
         await gate.acquire()
-    token = trio.lowlevel.current_trio_token()
-
-    def ask() -> tuple[object]:
-        try:  # boxed: a sync callable returning an awaitable hands it back to be awaited
-            return (approver(call),)
-        finally:
-            if gate is not None:  # released when the question is answered, even if abandoned
-                with suppress(trio.RunFinishedError):
-                    trio.from_thread.run_sync(gate.release, trio_token=token)
-
-    limiter = SeenLimiter(trio.to_thread.current_default_thread_limiter())
+    question = _SyncQuestion(approver, call, gate)
     try:
-        (verdict,) = await trio.to_thread.run_sync(
-            ask, abandon_on_cancel=True, limiter=typing.cast("trio.CapacityLimiter", limiter)
-        )
+        (verdict,) = await trio.to_thread.run_sync(question.ask, abandon_on_cancel=True)
+        if inspect.isawaitable(verdict):  # a sync callable may hand back an awaitable
+            verdict = await verdict
     except BaseException:
-        if gate is not None and not limiter.acquired:  # no thread: nobody else releases it
+        if gate is not None and not question.give_up():
             gate.release()
         raise
-    if inspect.isawaitable(verdict):
-        verdict = await verdict
+    if gate is not None:
+        gate.release()
     return verdict
+
+
+class _SyncQuestion:
+    """A sync approver asked in a worker thread, and who gives the run's gate back: the trio
+    side once it has the verdict, or the thread itself if the trio side gave up on it (an
+    agent's timeout) while the question was still open."""
+
+    def __init__(self, approver: Approver, call: PendingCall, gate: trio.Semaphore | None) -> None:
+        self._approver = approver
+        self._call = call
+        self._gate = gate
+        self._token = trio.lowlevel.current_trio_token()
+        self._lock = threading.Lock()
+        self._started = self._finished = self._abandoned = False
+
+    def ask(self) -> tuple[object]:
+        """In the worker thread. Boxed: the verdict may be an awaitable."""
+        with self._lock:
+            if self._abandoned:  # given up on before it began: nobody waits for an answer
+                return (False,)
+            self._started = True
+        try:
+            return (self._approver(self._call),)
+        finally:
+            with self._lock:
+                self._finished = True
+                release = self._abandoned
+            if release and self._gate is not None:
+                with suppress(trio.RunFinishedError):
+                    trio.from_thread.run_sync(self._gate.release, trio_token=self._token)
+
+    def give_up(self) -> bool:
+        """In the trio thread: stop waiting. True if the question is still open in its thread,
+        which then gives the gate back when it returns."""
+        with self._lock:
+            self._abandoned = True
+            return self._started and not self._finished

@@ -83,9 +83,9 @@ class RunHandle:
     def cancel(self) -> None:
         """Stop the whole tree now; the result has status ``cancelled`` and valid transcripts.
 
-        Safe from any thread (a sync tool or approver runs in a worker thread, a GUI or a
-        signal handler in its own): from outside the run's trio thread the cancellation is
-        handed to that thread, and takes effect at once after this returns.
+        Safe from any thread (a sync tool or an approver runs in a worker thread, a GUI in its
+        own): from outside the run's trio thread the cancellation is handed to that thread and
+        takes effect when it gets to it, so a run about to end may still end ``completed``.
         """
         try:
             here = trio.lowlevel.current_trio_token()

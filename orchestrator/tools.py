@@ -400,14 +400,17 @@ def _build_args_model(
         ) from exc
     lost = sorted(set(fields) - set(model.model_fields))
     if lost:  # names pydantic keeps for itself (model_config) are silently not fields
-        raise ConfigurationError(f"tool {tool_name!r}: rename parameter(s) {lost}")
+        raise ConfigurationError(
+            f"tool {tool_name!r}: rename parameter(s) {lost}: pydantic keeps these names for "
+            "itself, so they would never reach the function"
+        )
     return takes_context, typing.cast(type[pydantic.BaseModel], model), schema
 
 
 def to_content(value: Any) -> str:
     """A tool's return value as the text the model reads."""
     if isinstance(value, str):
-        return value or NO_OUTPUT  # the API may refuse an empty tool_result
+        return value if value and not value.isspace() else NO_OUTPUT  # the API may refuse it
     if value is None:
         return NO_OUTPUT
     if isinstance(value, pydantic.BaseModel):
@@ -525,9 +528,10 @@ async def execute(
     only built (and only needed) for tools that take one.
     """
     limit = rt.max_result_chars
-    kwargs = arguments_of(t, call)
-    if isinstance(kwargs, str):
-        return error_result(call.id, kwargs, limit)
+    try:  # arguments_of's work, without its frame on every call: it only words the error
+        kwargs = t.validate(call.input)
+    except pydantic.ValidationError:
+        return error_result(call.id, typing.cast(str, arguments_of(t, call)), limit)
     args = (ctx,) if t.takes_context else ()
     if t.runtime_tool:
         # spawn_subagent, awaited here and not in _attempt: a child's whole loop runs under
@@ -556,8 +560,10 @@ async def execute(
 def _value_result(t: Tool, call: ToolUseBlock, value: Any, rt: ToolRuntime) -> ToolResultBlock:
     """A tool's return value as its result: shown as text, redacted, capped."""
     try:
-        # a lone surrogate (a file name decoded with surrogateescape) cannot go into an HTTP body
-        text = redact(well_formed(to_content(value)))
+        text = to_content(value)
+        if not text.isascii():  # a lone surrogate (a name decoded with surrogateescape) cannot
+            text = well_formed(text)  # go into an HTTP body
+        text = redact(text)
     except Exception as exc:  # a value whose str() or JSON form raises
         return error_result(
             call.id,
@@ -567,9 +573,8 @@ def _value_result(t: Tool, call: ToolUseBlock, value: Any, rt: ToolRuntime) -> T
     return ToolResultBlock(call.id, cap(text, rt.max_result_chars))
 
 
-class SeenLimiter:
-    """A thread limiter that remembers whether this call got a slot: if it did, its thread
-    runs (or will), even when the waiting task was cancelled and abandoned it."""
+class _SeenLimiter:
+    """The run's thread limiter, remembering whether this call got a slot (so a thread)."""
 
     __slots__ = ("acquired", "inner")
 
@@ -603,14 +608,14 @@ async def _attempt(
     """One call: the value, or the error text the model should read (a ``str`` may be
     retried)."""
     timeout = rt.timeout
-    limiter: SeenLimiter | None = None
+    limiter: _SeenLimiter | None = None
     try:
         if t.never_waits:  # no checkpoint in it for a timeout to fire at: no cancel scope (~9 µs)
             return _Ok(await t.fn(*args, **kwargs))
         with trio.move_on_after(timeout) if timeout < math.inf else contextlib.nullcontext():
             if t.is_async:
                 return _Ok(await t.fn(*args, **kwargs))
-            limiter = SeenLimiter(rt.thread_limiter)
+            limiter = _SeenLimiter(rt.thread_limiter)
             try:
                 return _Ok(
                     await trio.to_thread.run_sync(
@@ -636,6 +641,13 @@ async def _attempt(
         return (
             f"tool {t.name!r} tried to exit the program (SystemExit {exc.code!r}); "
             "check the arguments, or try a different approach."
+        )
+    except BaseExceptionGroup as group:  # the same from the tool's own nursery
+        if not all(isinstance(e, Exception | SystemExit) for e in _leaves(group)):
+            raise  # a cancellation or a KeyboardInterrupt among them
+        return (
+            f"tool {t.name!r} raised {describe_exception(group)}. "
+            "Check the arguments, or try a different approach."
         )
     if limiter is not None and not limiter.acquired:
         pool = rt.thread_limiter

@@ -714,12 +714,13 @@ async def test_a_proactive_checkpoint_refused_as_too_long_is_made_again_as_after
     "reply",
     [
         response(text("I can't help with that."), stop_reason="refusal"),
-        response(text("Goal: find the code w"), stop_reason="max_tokens"),
         response(text("<partial"), stop_reason="brand_new_reason"),
     ],
-    ids=["refusal", "max_tokens", "unknown"],
+    ids=["refusal", "unknown"],
 )
-async def test_only_a_finished_reply_becomes_the_checkpoint(reply: ModelResponse) -> None:
+async def test_a_refusal_or_an_unknown_reply_never_becomes_the_checkpoint(
+    reply: ModelResponse,
+) -> None:
     def respond(request: ModelRequest) -> Any:
         if is_checkpoint(request):
             return reply
@@ -732,6 +733,30 @@ async def test_only_a_finished_reply_becomes_the_checkpoint(reply: ModelResponse
     assert f"stop_reason {reply.stop_reason!r}" in (result.error or "")
     assert RESUME_HEADER not in result.messages[0].text  # the transcript was not replaced
     check_transcript(result.messages)
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        response(text("Goal: go on. Evidence: docs read: 3"), tool_call("read", {"doc": 4})),
+        response(text("Goal: go on. Evidence: docs read: 3"), stop_reason="max_tokens"),
+    ],
+    ids=["then a tool call", "cut by max_tokens"],
+)
+async def test_a_summary_followed_by_a_tool_call_or_cut_short_is_kept(reply: ModelResponse) -> None:
+    def respond(request: ModelRequest) -> Any:
+        if is_checkpoint(request):
+            return reply
+        if RESUME_HEADER in request.messages[0].text:
+            return text("resumed")
+        n = docs_read(request)
+        return tool_call("read", {"doc": n + 1}, id=f"c{n}")
+
+    agent = Agent("a", "x", model=FunctionModel(respond), tools=[read])
+    result = await run(agent, "go", limits=BIG, context=ContextPolicy(compact_at_tokens=2_000))
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.output == "resumed"
+    assert "docs read: 3" in result.messages[0].text
 
 
 async def test_a_cut_answer_compacted_away_is_not_glued_to_the_answer_after_the_checkpoint() -> (

@@ -540,3 +540,27 @@ async def test_an_approver_that_raises_is_logged_with_its_error(
     )
     assert calls == [] and res.is_error and "KeyError" in res.content
     assert "approver raised" in caplog.text and "KeyError: 'path'" in caplog.text
+
+
+async def test_a_sync_approver_handing_back_a_coroutine_still_answers_one_at_a_time() -> None:
+    open_questions = [0, 0]  # now, most at once
+
+    async def ask(call: PendingCall) -> bool:
+        open_questions[0] += 1
+        open_questions[1] = max(open_questions[1], open_questions[0])
+        await trio.sleep(0.05)
+        open_questions[0] -= 1
+        return True
+
+    ran: list[str] = []
+    await run(_confirm_agent(lambda call: ask(call), ran, calls=3), "go")
+    assert sorted(ran) == ["f0", "f1", "f2"]
+    assert open_questions[1] == 1
+
+
+async def test_a_run_confirm_without_any_approver_says_that_none_is_configured() -> None:
+    calls, _, res = await call(
+        "delete_file", {"path": "/x"}, run_policy=Policy(rules={"delete_file": "confirm"})
+    )
+    assert calls == []
+    assert res.is_error and "no approver is configured" in res.content

@@ -555,6 +555,7 @@ async def test_a_message_history_that_cannot_be_continued_is_refused_before_any_
         ([Message.user("a"), Message("system", (TextBlock("b"),))], "role 'system'"),  # type: ignore[arg-type]
         # the API refuses an empty message (a fatal 400 at the first call)
         ([Message.user("a"), Message("assistant", ()), Message.user("b")], "message 1 is empty"),
+        ([Message.user(" \n"), Message.assistant("hi")], "first message is blank"),
     ],
 )
 async def test_a_message_history_of_the_wrong_shape_is_a_configuration_error(

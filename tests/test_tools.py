@@ -746,7 +746,18 @@ async def test_a_tool_calling_sys_exit_gets_an_error_result_and_the_run_goes_on(
         """Run the command line."""
         raise SystemExit("usage: cli [-h]")
 
-    for t in (cli, cli_async):
+    @tool
+    async def cli_in_a_task(argv: list[str]) -> str:
+        """Run the command line in a task of its own."""
+
+        async def main() -> None:
+            raise SystemExit(2)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(main)
+        return "never"
+
+    for t in (cli, cli_async, cli_in_a_task):
         _, res = await call_once(t, {"argv": ["--bogus"]})
         assert res.is_error and "SystemExit" in res.content, res.content
 

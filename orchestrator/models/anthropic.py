@@ -839,6 +839,17 @@ class AnthropicModel:
         return ModelError(message, fatal=failure.fatal, kind=failure.kind)
 
 
+def _shown(text: str) -> bool:
+    return bool(text) and not text.isspace()
+
+
+def _has_blank_text(message: Message) -> bool:
+    for block in message.content:  # noqa: SIM110 - no generator: runs for every message of a call
+        if isinstance(block, TextBlock) and not _shown(block.text):
+            return True
+    return False
+
+
 def _messages_with_breakpoints(messages: Sequence[Message]) -> list[dict[str, Any]]:
     """Messages as wire dicts, with ``cache_control`` on the last cacheable block of the last
     message and of the newest user message before it.
@@ -850,12 +861,12 @@ def _messages_with_breakpoints(messages: Sequence[Message]) -> list[dict[str, An
     wire: list[dict[str, Any]] = []
     for m in messages:
         message = message_to_wire(m)
-        blocks: list[dict[str, Any]] = message["content"]
-        if any(b["type"] == "text" and not b["text"].strip() for b in blocks):
-            blocks = [b for b in blocks if b["type"] != "text" or b["text"].strip()]
-            if not blocks:
+        if _has_blank_text(m):
+            message["content"] = [
+                b for b in message["content"] if b["type"] != "text" or _shown(b["text"])
+            ]
+            if not message["content"]:
                 continue
-            message["content"] = blocks
         wire.append(message)
     # two message breakpoints; with the tools' and the system's, the API's limit of four
     targets = [len(wire) - 1] if wire else []
