@@ -173,6 +173,11 @@ class RunState:
             "cancelled from outside the run (an enclosing cancel scope, or its open_run block was left)",
         )
 
+    def cut_outcome(self, node: AgentNode) -> tuple[str, str]:
+        """:meth:`cut_status` as a span outcome (for spans a cancellation cuts)."""
+        status, reason = self.cut_status(node)
+        return status.value, reason
+
     def abandoned(self) -> None:
         self.abandoned_threads += 1
 
@@ -754,6 +759,8 @@ async def _compact(
         f"compact {node.agent.name}",
         SpanKind.INTERNAL,
         partial(_turn_attributes, run.run_id, node.turns, node.path),
+        records_outcome=True,
+        cut=partial(run.cut_outcome, node),
     ) as s:
         # a summary request refused as too long is made again as after an overflow
         for cut_down in (True,) if overflow else (False, True):
@@ -772,7 +779,8 @@ async def _compact(
             )
             if response is not CONTEXT_FULL:
                 break
-        if node.status is not None:
+        if node.status is not None:  # the call ended the agent (a model error, the budget)
+            spans.record_outcome(s, node.status.value, node.traced_error(run.capture))
             return False
         # a refusal or a reply the loop does not know must not replace the transcript as if it
         # were a summary; a summary cut by max_tokens (most of it) or followed by a tool call
@@ -793,6 +801,7 @@ async def _compact(
             reason = "the transcript is too long and the model wrote no checkpoint summary"
         if not summary.strip():
             node.finish(RunStatus.CONTEXT_EXCEEDED, reason)
+            spans.record_outcome(s, RunStatus.CONTEXT_EXCEEDED.value, reason)
             return False
         before = node.estimate()
         node.replace_messages(compacted_transcript(node.task, summary))
@@ -804,6 +813,7 @@ async def _compact(
                     "orchestrator.context.tokens_after": node.estimate(),
                 }
             )
+            spans.record_outcome(s, "ok", None)
         return True
 
 
@@ -872,6 +882,7 @@ async def _generate(
                 )
                 if run.tracer
                 else None,
+                cut=partial(run.cut_outcome, node) if run.tracer else None,
             ) as s:
                 response: ModelResponse | None
                 try:
@@ -972,6 +983,7 @@ async def _call_one(
         partial(spans.tool_attributes, call, run.run_id, node.agent.name, run.capture)
         if run.tracer
         else None,
+        cut=partial(run.cut_outcome, node) if run.tracer else None,
     ) as s:
         held = node.tools.get(call.name)
         decision = node.policy.decide(call.name)

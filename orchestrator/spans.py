@@ -9,7 +9,8 @@ registry name; the anthropic SDK says ``cache_write``).
 
 Cancellation is recorded deliberately: the span keeps status UNSET (nothing failed) and gets
 ``orchestrator.cancelled=true`` and ``orchestrator.outcome=cancelled``. Every other outcome
-but success sets status ERROR and ``error.type``. Attributes are only computed when the span
+but success sets status ERROR and ``error.type``, also on a span a cancellation cut when the
+cause was the deadline (``timeout``) or a fatal error (``error``). Attributes are only computed when the span
 is recording, so an unconfigured tracer costs next to nothing.
 """
 
@@ -76,7 +77,16 @@ NO_SPAN = _NoSpan()
 class _LiveSpan:
     """A current span, ended on every exit, with failures and cancellation recorded our way."""
 
-    __slots__ = ("_attributes", "_kind", "_name", "_records_outcome", "_span", "_token", "_tracer")
+    __slots__ = (
+        "_attributes",
+        "_cut",
+        "_kind",
+        "_name",
+        "_records_outcome",
+        "_span",
+        "_token",
+        "_tracer",
+    )
 
     def __init__(
         self,
@@ -85,12 +95,14 @@ class _LiveSpan:
         kind: SpanKind,
         attributes: Callable[[], dict[str, Any]] | None,
         records_outcome: bool,
+        cut: Callable[[], tuple[str, str]] | None,
     ) -> None:
         self._tracer = tracer
         self._name = name
         self._kind = kind
         self._attributes = attributes
         self._records_outcome = records_outcome
+        self._cut = cut
 
     def __enter__(self) -> Span:
         s = self._tracer.start_span(
@@ -112,7 +124,9 @@ class _LiveSpan:
         try:
             if exc is not None and s.is_recording():
                 if is_cancellation(exc):
-                    if not self._records_outcome:
+                    if self._cut is not None:  # why it was cut: a deadline is a timeout
+                        record_outcome(s, *self._cut())
+                    elif not self._records_outcome:
                         s.set_attribute("orchestrator.cancelled", True)
                         s.set_attribute("orchestrator.outcome", "cancelled")
                 else:
@@ -130,16 +144,19 @@ def span(
     attributes: Callable[[], dict[str, Any]] | None = None,
     *,
     records_outcome: bool = False,
+    cut: Callable[[], tuple[str, str]] | None = None,
 ) -> _LiveSpan | _NoSpan:
     """A context manager for a current span (``tracer=None``: an untraced run, no span at all).
 
     ``attributes`` is called only when the span is recording. With ``records_outcome`` the
     caller states the outcome itself (agent spans: a deadline is ``timeout``, not a plain
-    cancellation), so a passing cancellation is not marked.
+    cancellation), so a passing cancellation is not marked. ``cut`` says why a cancellation
+    cut the span (outcome, reason), for spans inside an agent: a model or tool call cut by the
+    run's deadline is an error (``timeout``) to find in a trace, not a deliberate cancellation.
     """
     if tracer is None:
         return NO_SPAN
-    return _LiveSpan(tracer, name, kind, attributes, records_outcome)
+    return _LiveSpan(tracer, name, kind, attributes, records_outcome, cut)
 
 
 def usage_attributes(prefix: str, usage: Usage) -> dict[str, Any]:

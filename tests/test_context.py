@@ -563,11 +563,22 @@ async def test_a_checkpoint_without_text_ends_with_context_exceeded() -> None:
         n = docs_read(request)
         return tool_call("read", {"doc": n + 1}, id=f"c{n}")
 
+    provider, exporter = in_memory_tracing()
     agent = Agent("a", "x", model=FunctionModel(respond), tools=[read])
-    result = await run(agent, "go", limits=BIG, context=ContextPolicy(compact_at_tokens=2_000))
+    result = await run(
+        agent,
+        "go",
+        limits=BIG,
+        context=ContextPolicy(compact_at_tokens=2_000),
+        tracer_provider=provider,
+    )
     assert result.status is RunStatus.CONTEXT_EXCEEDED
     assert "no checkpoint summary" in (result.error or "")
     check_transcript(result.messages)
+    (compact,) = [s for s in exporter.get_finished_spans() if s.name == "compact a"]
+    assert compact.attributes is not None
+    assert compact.attributes["orchestrator.outcome"] == "context_exceeded"
+    assert compact.status.status_code.name == "ERROR"
 
 
 # --------------------------------------------------------------------------------------------
