@@ -16,7 +16,7 @@ is recording, so an unconfigured tracer costs next to nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
@@ -24,7 +24,15 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from .cancellation import is_cancellation
-from .messages import Message, ToolResultBlock, ToolUseBlock, Usage, message_to_wire
+from .messages import (
+    Block,
+    Message,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    Usage,
+)
 from .redact import redact
 from .tracing import content_for_span
 
@@ -203,10 +211,52 @@ def chat_request_attributes(
         attrs["gen_ai.system_instructions"] = content_for_span(
             [{"type": "text", "content": request.system}]
         )
-        attrs["gen_ai.input.messages"] = content_for_span(
-            [message_to_wire(m) for m in request.messages]
-        )
+        attrs["gen_ai.input.messages"] = content_for_span(genai_messages(request.messages))
     return attrs
+
+
+_FINISH_REASONS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "tool_use": "tool_call",
+    "refusal": "content_filter",
+}
+"""Anthropic stop reasons as the GenAI conventions' finish reasons (others pass as they are)."""
+
+
+def _part(block: Block) -> dict[str, Any]:
+    """One content block as a GenAI message part."""
+    if isinstance(block, TextBlock):
+        return {"type": "text", "content": block.text}
+    if isinstance(block, ToolUseBlock):
+        return {"type": "tool_call", "id": block.id, "name": block.name, "arguments": block.input}
+    if isinstance(block, ToolResultBlock):
+        part: dict[str, Any] = {
+            "type": "tool_call_response",
+            "id": block.tool_use_id,
+            "response": block.content,
+        }
+        if block.is_error:
+            part["is_error"] = True
+        return part
+    if isinstance(block, ThinkingBlock):
+        return {"type": "reasoning", "content": block.thinking}
+    return {"type": "redacted_reasoning"}
+
+
+def genai_messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
+    """Messages in the GenAI conventions' shape, ``{"role", "parts"}``: tool results, which the
+    Messages API carries in user messages, are a ``tool`` message of their own."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        results = [_part(b) for b in m.content if isinstance(b, ToolResultBlock)]
+        if results:
+            out.append({"role": "tool", "parts": results})
+        others = [_part(b) for b in m.content if not isinstance(b, ToolResultBlock)]
+        if others or not results:
+            out.append({"role": m.role, "parts": others})
+    return out
 
 
 def record_chat_response(s: Span, response: ModelResponse, model_name: str, capture: bool) -> None:
@@ -233,9 +283,10 @@ def record_chat_response(s: Span, response: ModelResponse, model_name: str, capt
     if response.id:
         s.set_attribute("gen_ai.response.id", response.id)
     if capture:
+        (message,) = genai_messages([Message("assistant", response.content)])
+        finish = _FINISH_REASONS.get(response.stop_reason, response.stop_reason)
         s.set_attribute(
-            "gen_ai.output.messages",
-            content_for_span([message_to_wire(Message("assistant", response.content))]),
+            "gen_ai.output.messages", content_for_span([{**message, "finish_reason": finish}])
         )
 
 

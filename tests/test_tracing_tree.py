@@ -992,15 +992,30 @@ async def test_content_capture_on_with_the_standard_variable(
     tasks = {"lead": "Research A and B, please."}
     for r in nodes(result):
         tasks.update({path: task for path, (_, _, task) in spawn_calls(r).items()})
+    part_keys = {
+        "text": {"type", "content"},
+        "tool_call": {"type", "id", "name", "arguments"},
+        "tool_call_response": {"type", "id", "response"},
+    }
+    roles: set[str] = set()
     for s in trace.of("chat"):
+        # the GenAI conventions' shape: {role, parts}, tool results in "tool" messages
         inputs = json.loads(s.attributes["gen_ai.input.messages"])
+        roles.update(m["role"] for m in inputs)
         assert inputs[0]["role"] == "user"
         # the agent's task opens its first message (a compacted transcript restates it)
-        assert inputs[0]["content"][0]["text"].startswith(tasks[trace.path_of(s)]), s.attributes
+        assert inputs[0]["parts"][0]["content"].startswith(tasks[trace.path_of(s)]), s.attributes
         outputs = json.loads(s.attributes["gen_ai.output.messages"])
         assert outputs[0]["role"] == "assistant"
+        assert outputs[0]["finish_reason"] in ("stop", "tool_call")
+        for message in inputs + outputs:
+            assert message["role"] in ("user", "assistant", "tool")
+            for part in message["parts"]:
+                assert part_keys[part["type"]] <= set(part), part
+                assert (part["type"] == "tool_call_response") == (message["role"] == "tool")
         system = json.loads(s.attributes["gen_ai.system_instructions"])
         assert system[0]["content"].startswith("You ")
+    assert roles == {"user", "assistant", "tool"}
     lead_chat = min(
         (s for s in trace.of("chat") if trace.path_of(s) == "lead"), key=lambda s: s.start
     )
