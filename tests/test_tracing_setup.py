@@ -713,3 +713,33 @@ def test_invalid_arguments_are_configuration_errors() -> None:
 
 def test_setup_type_is_exported() -> None:
     assert TracingSetup.__name__ == "TracingSetup"
+
+
+async def test_overlapping_jobs_with_their_own_providers_write_only_their_own_runs(
+    tmp_path: Path,
+) -> None:
+    # the README's pattern for per-job files when jobs overlap (a setup on the global
+    # provider sees every run of the process while it is attached)
+    from orchestrator import Agent, run
+    from orchestrator.models import FunctionModel, text
+
+    async def slow(request: Any) -> Any:
+        await trio.sleep(0.1)
+        return text("done")
+
+    agent = Agent("a", "A.", model=FunctionModel(slow))
+
+    async def job(name: str) -> None:
+        setup = configure_tracing(run_file=tmp_path / f"{name}.jsonl", set_global=False)
+        try:
+            await run(agent, "go", run_id=name, tracer_provider=setup.tracer_provider)
+        finally:
+            await trio.to_thread.run_sync(setup.shutdown)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(job, "job1")
+        await trio.sleep(0.03)
+        nursery.start_soon(job, "job2")
+    for name in ("job1", "job2"):
+        spans = load_trace(tmp_path / f"{name}.jsonl")
+        assert spans and {s.attributes.get("gen_ai.conversation.id") for s in spans} == {name}
