@@ -318,9 +318,9 @@ class AgentNode:
             results = [
                 done[i]
                 if i < len(done) and done[i] is not None
-                else error_result(
-                    c.id, cut if executing and c.id in self.started_calls else not_run
-                )
+                else error_result(c.id, cut, kind="cut_off")
+                if executing and c.id in self.started_calls
+                else error_result(c.id, not_run, kind="not_run")
                 for i, c in enumerate(last.tool_uses)
             ]
             self.append(Message("user", tuple(r for r in results if r is not None)))
@@ -987,6 +987,7 @@ async def _call_one(
     ) as s:
         held = node.tools.get(call.name)
         decision = node.policy.decide(call.name)
+        refused_as = "refused"
         if held is not None and decision is Decision.ALLOW:
             refusal = None  # the common case, without building the approver's view of the call
         elif (
@@ -994,14 +995,14 @@ async def _call_one(
             and decision is Decision.CONFIRM
             and isinstance(problem := arguments_of(held, call), str)
         ):
-            refusal = problem  # an approver is only asked about a call that could run
+            refusal, refused_as = problem, "invalid_arguments"  # no approver asked about it
         else:
             pending = PendingCall(call.name, call.input, call.id, node.agent.name, node.path)
             refusal = await node.policy.check(
                 pending, frozenset(node.tools), one_at_a_time=run.approvals
             )
         if refusal is not None:
-            result = error_result(call.id, refusal, node.runtime.max_result_chars)
+            result = error_result(call.id, refusal, node.runtime.max_result_chars, refused_as)
             if node.spawns is not None:  # a declined spawn's agent allowance goes back now
                 node.spawns.decline(node, node.turns, index)
             if s.is_recording():

@@ -79,11 +79,18 @@ class ToolUseBlock:
 @quick_init
 @dataclass(frozen=True, slots=True)
 class ToolResultBlock:
-    """The answer to one :class:`ToolUseBlock`, always in the next user message."""
+    """The answer to one :class:`ToolUseBlock`, always in the next user message.
+
+    ``error_type`` says why a failed call failed, for traces (``error.type``) and programs,
+    without its text: ``timeout``, ``invalid_arguments``, ``refused`` (the policy or an unknown
+    tool), ``ToolError``, an exception's class name, ... It is not sent to the model and is
+    left out of equality.
+    """
 
     tool_use_id: str
     content: str
     is_error: bool = False
+    error_type: str | None = field(default=None, compare=False)
     type: ClassVar[str] = "tool_result"
 
 

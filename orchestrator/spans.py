@@ -313,7 +313,11 @@ def record_tool_result(s: Span, result: ToolResultBlock, capture: bool) -> None:
     if not s.is_recording():
         return
     if result.is_error:  # an error text often quotes the call's input: it is content too
-        record_outcome(s, "tool_error", result.content if capture else _TOOL_ERROR_NOT_CAPTURED)
+        record_outcome(
+            s,
+            result.error_type or "tool_error",  # its kind is not content: shown either way
+            result.content if capture else _TOOL_ERROR_NOT_CAPTURED,
+        )
     else:
         record_outcome(s, "ok", None)
     if capture:

@@ -479,13 +479,15 @@ def cap(text: str, limit: int) -> str:
     )
 
 
-def error_result(call_id: str, message: str, limit: int = MAX_ERROR_CHARS) -> ToolResultBlock:
+def error_result(
+    call_id: str, message: str, limit: int = MAX_ERROR_CHARS, kind: str = "tool_error"
+) -> ToolResultBlock:
     """An ``is_error`` result (redacted with the run's secret snapshot, see ``RUN_SECRETS``),
     capped like any result: an exception quoting a whole HTTP body, or a long list of bad
-    arguments, must not fill the context window."""
+    arguments, must not fill the context window. ``kind`` is its ``error_type``."""
     if not message.strip():  # the API refuses an empty is_error result (a fatal 400)
         message = "the call failed without an error message"
-    return ToolResultBlock(call_id, cap(redact(well_formed(message)), limit), is_error=True)
+    return ToolResultBlock(call_id, cap(redact(well_formed(message)), limit), True, kind)
 
 
 def describe_validation_error(t: Tool, exc: pydantic.ValidationError) -> str:
@@ -531,7 +533,8 @@ async def execute(
     try:  # arguments_of's work, without its frame on every call: it only words the error
         kwargs = t.validate(call.input)
     except pydantic.ValidationError:
-        return error_result(call.id, typing.cast(str, arguments_of(t, call)), limit)
+        problem = typing.cast(str, arguments_of(t, call))
+        return error_result(call.id, problem, limit, "invalid_arguments")
     args = (ctx,) if t.takes_context else ()
     if t.runtime_tool:
         # spawn_subagent, awaited here and not in _attempt: a child's whole loop runs under
@@ -540,21 +543,22 @@ async def execute(
         try:
             value = await t.fn(*args, **kwargs)
         except ToolError as exc:
-            return error_result(call.id, describe_exception(exc, with_type=False), limit)
+            message = describe_exception(exc, with_type=False)
+            return error_result(call.id, message, limit, "ToolError")
         return _value_result(t, call, value, rt)
     attempt = 0
     while True:
         outcome = await _attempt(t, args, kwargs, rt)
         if isinstance(outcome, _Ok):
             return _value_result(t, call, outcome.value, rt)
-        if isinstance(outcome, _Final):  # the tool's own words (ToolError): not retried
-            return error_result(call.id, outcome.message, limit)
-        if attempt >= t.max_retries:
-            if attempt:
-                outcome = f"{outcome} (failed after {attempt + 1} attempts)"
-            return error_result(call.id, outcome, limit)
-        await trio.sleep(min(0.25 * 2**attempt, 4.0) * (0.5 + random.random()))
-        attempt += 1
+        message = outcome.message
+        if outcome.kind != "ToolError" and attempt < t.max_retries:  # ToolError: final
+            await trio.sleep(min(0.25 * 2**attempt, 4.0) * (0.5 + random.random()))
+            attempt += 1
+            continue
+        if attempt:
+            message = f"{message} (failed after {attempt + 1} attempts)"
+        return error_result(call.id, message, limit, outcome.kind)
 
 
 def _value_result(t: Tool, call: ToolUseBlock, value: Any, rt: ToolRuntime) -> ToolResultBlock:
@@ -569,6 +573,7 @@ def _value_result(t: Tool, call: ToolUseBlock, value: Any, rt: ToolRuntime) -> T
             call.id,
             f"tool {t.name!r} returned a {type(value).__name__} that cannot be "
             f"shown as text ({describe_exception(exc)}); return a string or JSON data",
+            kind="unshowable_result",
         )
     return ToolResultBlock(call.id, cap(text, rt.max_result_chars))
 
@@ -596,17 +601,18 @@ class _Ok:
 
 
 @dataclass(frozen=True, slots=True)
-class _Final:
-    """A failure the tool itself described (``ToolError``): retrying would say the same."""
+class _Failed:
+    """What the model reads, and the kind of failure (``ToolError``: the tool's own final
+    word, never retried)."""
 
     message: str
+    kind: str
 
 
 async def _attempt(
     t: Tool, args: tuple[Any, ...], kwargs: dict[str, Any], rt: ToolRuntime
-) -> _Ok | _Final | str:
-    """One call: the value, or the error text the model should read (a ``str`` may be
-    retried)."""
+) -> _Ok | _Failed:
+    """One call: the value, or how it failed."""
     timeout = rt.timeout
     limiter: _SeenLimiter | None = None
     try:
@@ -632,31 +638,36 @@ async def _attempt(
                 raise
     except Exception as exc:
         if _only_tool_errors(exc):
-            return _Final(describe_exception(exc, with_type=False))
-        return (
-            f"tool {t.name!r} raised {describe_exception(exc)}. "
-            "Check the arguments, or try a different approach."
-        )
+            return _Failed(describe_exception(exc, with_type=False), "ToolError")
+        return _raised(t, exc)
     except SystemExit as exc:  # say, argparse refusing the model's arguments: not the run's end
-        return (
+        return _Failed(
             f"tool {t.name!r} tried to exit the program (SystemExit {exc.code!r}); "
-            "check the arguments, or try a different approach."
+            "check the arguments, or try a different approach.",
+            "SystemExit",
         )
     except BaseExceptionGroup as group:  # the same from the tool's own nursery
         if not all(isinstance(e, Exception | SystemExit) for e in _leaves(group)):
             raise  # a cancellation or a KeyboardInterrupt among them
-        return (
-            f"tool {t.name!r} raised {describe_exception(group)}. "
-            "Check the arguments, or try a different approach."
-        )
+        return _raised(t, group)
     if limiter is not None and not limiter.acquired:
         pool = rt.thread_limiter
-        return (
+        return _Failed(
             f"tool {t.name!r} could not start within {timeout:g}s: all {pool.total_tokens} worker "
             "threads for sync tools are busy (tools that timed out earlier may still hold them); "
-            "it never ran, so calling it again later is safe"
+            "it never ran, so calling it again later is safe",
+            "no_worker_thread",
         )
-    return (
+    return _Failed(
         f"tool {t.name!r} timed out after {timeout:g}s and was abandoned; "
-        "try a smaller request or a different approach"
+        "try a smaller request or a different approach",
+        "timeout",
+    )
+
+
+def _raised(t: Tool, exc: BaseException) -> _Failed:
+    return _Failed(
+        f"tool {t.name!r} raised {describe_exception(exc)}. "
+        "Check the arguments, or try a different approach.",
+        type(exc).__qualname__,
     )

@@ -22,10 +22,12 @@ from orchestrator import (
     Tool,
     ToolContext,
     ToolError,
+    ToolResultBlock,
     open_run,
     run,
     tool,
 )
+from orchestrator.messages import to_wire
 from orchestrator.models import FunctionModel, ScriptedModel, text, tool_call
 from orchestrator.tools import _never_waits
 
@@ -1058,3 +1060,47 @@ def test_a_non_callable_approver_is_rejected():
 def test_tool_rejects_something_that_is_not_a_function():
     with pytest.raises(ConfigurationError):
         tool(42)  # type: ignore[call-overload]
+
+
+async def test_a_failed_calls_error_type_names_the_kind_of_failure(autojump_clock):
+    @tool
+    async def slow() -> str:
+        """Take too long."""
+        await trio.sleep(1_000)
+        return "late"
+
+    @tool
+    def crash() -> str:
+        """Crash."""
+        raise KeyError("x")
+
+    @tool
+    def refuse() -> str:
+        """Refuse."""
+        raise ToolError("no")
+
+    @tool
+    def needs(n: int) -> int:
+        """Needs a number."""
+        return n
+
+    model = ScriptedModel(
+        [
+            [
+                tool_call("slow", {}),
+                tool_call("crash", {}),
+                tool_call("refuse", {}),
+                tool_call("needs", {"n": "x"}),
+                tool_call("nope", {}),
+            ],
+            text("done"),
+        ]
+    )
+    agent = Agent("w", "x", model=model, tools=[slow, crash, refuse, needs])
+    result = await run(agent, "go", limits=Limits(tool_timeout=5))
+    kinds = [r.error_type for r in results_of(result)]
+    assert kinds == ["timeout", "KeyError", "ToolError", "invalid_arguments", "refused"]
+    # not part of what the model is sent, nor of equality
+    first = results_of(result)[0]
+    assert first == ToolResultBlock(first.tool_use_id, first.content, True)
+    assert "error_type" not in json.dumps(to_wire(first))
