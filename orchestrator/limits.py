@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -195,8 +196,11 @@ class Ledger:
     Before a model call the loop reserves the call's estimated input plus its output cap. A
     reservation that does not fit waits while other reservations are outstanding (they may
     settle below their estimate) and raises :class:`BudgetExceeded` when none are, so parallel
-    children cannot overshoot the budget together. A call settles to its real usage; a cancelled
-    call keeps its reservation, since its tokens may already be billed.
+    children cannot overshoot the budget together. Waiters are served in arrival order, per
+    ledger: a newcomer that would fit does not overtake them, or a large call could wait for
+    its siblings' whole lives while their small ones keep taking the room it waits for. A
+    call settles to its real usage; a call cut after it was sent keeps its reservation, since
+    its tokens may already be billed.
     """
 
     def __init__(
@@ -215,7 +219,8 @@ class Ledger:
         self.reserved_cost = 0.0
         self.outstanding = 0
         self._changed = trio.Event()
-        self._waiters = 0
+        self._queue: deque[object] = deque()
+        """Tickets of the reservations waiting on this ledger, in arrival order."""
         self._ancestry: tuple[Ledger, ...] = (self, *(parent._ancestry if parent else ()))
 
     def _fits(self, tokens: int, cost: float) -> bool:
@@ -228,28 +233,47 @@ class Ledger:
         )
 
     def try_reserve(self, tokens: int, cost: float) -> Reservation | None:
-        """:meth:`reserve` without waiting: ``None`` if some ledger of the chain has no room."""
+        """:meth:`reserve` without waiting: ``None`` if some ledger of the chain has no room,
+        or has reservations waiting (they go first)."""
         for lg in self._ancestry:
-            if not lg._fits(tokens, cost):
+            if lg._queue or not lg._fits(tokens, cost):
                 return None
         return self._hold(tokens, cost)
 
     async def reserve(self, tokens: int, cost: float) -> Reservation:
-        """Hold ``tokens`` and ``cost`` on this ledger and every parent, waiting if others may free room."""
+        """Hold ``tokens`` and ``cost`` on this ledger and every parent, waiting (in arrival
+        order) while others may free room."""
         chain = self._ancestry
-        while True:
-            blocking = [lg for lg in chain if not lg._fits(tokens, cost)]
-            if not blocking:
-                return self._hold(tokens, cost)
-            waiting_on = [lg for lg in blocking if lg.outstanding > 0]
-            if len(waiting_on) < len(blocking):
-                lg = next(lg for lg in blocking if lg.outstanding == 0)
-                raise BudgetExceeded(lg.describe(tokens, cost))
-            waiting_on[0]._waiters += 1
-            try:
-                await waiting_on[0]._changed.wait()
-            finally:
-                waiting_on[0]._waiters -= 1
+        ticket = object()
+        queued_on: Ledger | None = None
+        try:
+            while True:
+                blocking = [lg for lg in chain if not lg._fits(tokens, cost)]
+                for lg in blocking:
+                    if lg.outstanding == 0:  # nothing will ever free room there
+                        raise BudgetExceeded(lg.describe(tokens, cost))
+                ahead = [lg for lg in chain if lg._queue and lg._queue[0] is not ticket]
+                if not blocking and not ahead:
+                    return self._hold(tokens, cost)
+                wait_on = (ahead or blocking)[0]
+                if wait_on is not queued_on:
+                    if queued_on is not None:
+                        queued_on._leave(ticket)
+                    wait_on._queue.append(ticket)
+                    queued_on = wait_on
+                await wait_on._changed.wait()
+        finally:
+            if queued_on is not None:
+                queued_on._leave(ticket)
+
+    def _leave(self, ticket: object) -> None:
+        """Take ``ticket`` out of the queue; the next in line may go now."""
+        self._queue.remove(ticket)
+        self._wake()
+
+    def _wake(self) -> None:
+        self._changed.set()  # a new event for the next wait
+        self._changed = trio.Event()
 
     def _hold(self, tokens: int, cost: float) -> Reservation:
         chain = self._ancestry
@@ -276,9 +300,8 @@ class Ledger:
             lg.outstanding -= 1
             lg.used_tokens += tokens
             lg.used_cost += cost
-            if lg._waiters:  # wake reservations waiting for room (a new event for the next wait)
-                lg._changed.set()
-                lg._changed = trio.Event()
+            if lg._queue:  # wake reservations waiting for room
+                lg._wake()
 
     def describe(self, tokens: int, cost: float) -> str:
         """A one-line reason why a reservation of this size does not fit."""

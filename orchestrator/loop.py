@@ -836,7 +836,7 @@ async def _generate(
     if ledger.tracks_cost:
         try:
             cost = model.cost(Usage(input_tokens=estimate, output_tokens=max_tokens))
-            if isinstance(cost, bool) or not isinstance(cost, int | float):
+            if isinstance(cost, bool) or not isinstance(cost, int | float) or cost < 0:
                 raise TypeError(f"it returned {cost!r}, not a number of dollars")
         except Exception as exc:  # a model adapter bug: end this agent, not the tree
             node.finish(RunStatus.ERROR, f"the model's cost() failed: {describe_exception(exc)}")

@@ -364,13 +364,17 @@ class _BrokenModel:
     def cost(self, usage: Usage) -> float:
         if self.bug == "cost raises":
             raise ValueError("no price for this model")
+        if self.bug == "cost is negative":
+            return -1.0
         return None if self.bug == "cost is None" else 0.0  # type: ignore[return-value]
 
     async def request(self, request: Any, ctx: Any) -> Any:
         return text("an answer block, not a response")
 
 
-@pytest.mark.parametrize("bug", ["cost raises", "cost is None", "request returns a block"])
+@pytest.mark.parametrize(
+    "bug", ["cost raises", "cost is None", "cost is negative", "request returns a block"]
+)
 async def test_a_childs_model_adapter_bug_ends_that_child_not_the_run(bug: str) -> None:
     lead_model = ScriptedModel(
         [[spawn("worker", "a", id="s1"), spawn("broken", "b", id="s2")], text("carried on")]

@@ -394,6 +394,47 @@ async def test_usage_reported_as_negative_gives_no_budget_back() -> None:
     assert result.own_usage.requests <= 5  # about 3,000 billed, not 8,000
 
 
+async def test_a_large_reservation_is_not_overtaken_by_smaller_ones_arriving_after_it(
+    autojump_clock,
+) -> None:
+    """Budget reservations are served in arrival order: four small agents keep reserving
+    6,000 of 26,000 tokens, staggered so that room for a 9,000 one never opens while newcomers
+    may take it first; the large one (with a timeout of its own) must get its call."""
+    small_usage = Usage(input_tokens=1, output_tokens=1)
+
+    async def respond(req: Any) -> Any:
+        name, turn = req.agent.name, req.turn_index()
+        if name == "small":
+            if turn == 0:
+                await trio.sleep(0.25 * int(req.agent.path.split("#")[-1]))
+            await trio.sleep(1.0)
+            step = text("done") if turn >= 12 else tool_call("noop", {"i": turn})
+            return response(step, usage=small_usage)
+        if name == "lead" and turn == 0:
+            spawns = [spawn("small", f"s{i}") for i in range(4)]
+            return response(*spawns, spawn("waiter", "w"), usage=small_usage)
+        if name == "waiter" and turn == 0:
+            return response(tool_call("noop", {"i": 200}), usage=small_usage)
+        if name == "waiter" and turn == 1:
+            return response(spawn("big", "b"), usage=small_usage)
+        return response(text("done"), usage=small_usage)
+
+    @tool
+    async def noop(i: int) -> str:
+        """Wait a little."""
+        await trio.sleep(i / 100)
+        return "ok"
+
+    small = Agent("small", "S.", tools=[noop], max_output_tokens=6_000)
+    big = Agent("big", "B.", max_output_tokens=9_000, limits=Limits(timeout=8))
+    waiter = Agent("waiter", "W.", tools=[noop], subagents=[big], max_output_tokens=100)
+    lead = Agent("lead", "L.", subagents=[small, waiter], max_output_tokens=100)
+    limits = Limits(token_budget=26_000, repeat_limit=100, max_turns=30)
+    result = await run(lead, "go", model=FunctionModel(respond), limits=limits)
+    big_result = result.children[4].children[0]
+    assert big_result.status is RunStatus.COMPLETED, big_result.error
+
+
 async def test_agents_own_token_budget_is_a_sub_budget_for_its_subtree(autojump_clock) -> None:
     script = Script(
         {
