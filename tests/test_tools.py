@@ -1070,12 +1070,12 @@ async def test_a_failed_calls_error_type_names_the_kind_of_failure(autojump_cloc
         return "late"
 
     @tool
-    def crash() -> str:
+    async def crash() -> str:  # async: the virtual clock jumps while a worker thread works
         """Crash."""
         raise KeyError("x")
 
     @tool
-    def refuse() -> str:
+    async def refuse() -> str:
         """Refuse."""
         raise ToolError("no")
 
