@@ -16,7 +16,7 @@ is recording, so an unconfigured tracer costs next to nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
@@ -230,7 +230,8 @@ def _part(block: Block) -> dict[str, Any]:
     if isinstance(block, TextBlock):
         return {"type": "text", "content": block.text}
     if isinstance(block, ToolUseBlock):
-        return {"type": "tool_call", "id": block.id, "name": block.name, "arguments": block.input}
+        arguments = dict(block.input) if isinstance(block.input, Mapping) else block.input
+        return {"type": "tool_call", "id": block.id, "name": block.name, "arguments": arguments}
     if isinstance(block, ToolResultBlock):
         part: dict[str, Any] = {
             "type": "tool_call_response",

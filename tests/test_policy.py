@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Awaitable, Callable
+
 import pytest
 import trio
 
@@ -376,26 +380,47 @@ def _confirm_agent(approver: object, ran: list[str], calls: int = 2) -> Agent:
     )
 
 
+class OpenQuestions:
+    """Counts the questions an approver has open at once (the most in ``most``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.now = self.most = 0
+
+    def _open(self) -> None:
+        with self._lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+
+    def _close(self) -> None:
+        with self._lock:
+            self.now -= 1
+
+    def sync_approver(self, thinking: float) -> Callable[[PendingCall], bool]:
+        def ask(call: PendingCall) -> bool:
+            self._open()
+            time.sleep(thinking)
+            self._close()
+            return True
+
+        return ask
+
+    def async_approver(self, thinking: float) -> Callable[[PendingCall], Awaitable[bool]]:
+        async def ask(call: PendingCall) -> bool:
+            self._open()
+            await trio.sleep(thinking)
+            self._close()
+            return True
+
+        return ask
+
+
 async def test_approvers_answer_parallel_calls_one_at_a_time() -> None:
-    import threading
-    import time
-
-    lock = threading.Lock()
-    active = [0, 0]  # now, most at once
-
-    def ask(call: PendingCall) -> bool:
-        with lock:
-            active[0] += 1
-            active[1] = max(active[1], active[0])
-        time.sleep(0.05)
-        with lock:
-            active[0] -= 1
-        return True
-
+    questions = OpenQuestions()
     ran: list[str] = []
-    result = await run(_confirm_agent(ask, ran, calls=3), "go")
+    result = await run(_confirm_agent(questions.sync_approver(0.05), ran, calls=3), "go")
     assert sorted(ran) == ["f0", "f1", "f2"] and result.output == "done"
-    assert active[1] == 1
+    assert questions.most == 1
 
 
 async def test_a_sync_approver_returning_a_coroutine_is_awaited() -> None:
@@ -425,20 +450,8 @@ async def test_approvers_need_not_be_hashable_nor_truthy() -> None:
 async def test_a_sync_approver_cut_by_a_timeout_still_holds_the_next_question_back() -> None:
     # its thread keeps showing the first question: a second one asked meanwhile would be
     # answered by whatever the person typed for the first
-    import threading
-    import time
-
-    lock = threading.Lock()
-    open_questions = [0, 0]  # now, most at once
-
-    def person(call: PendingCall) -> bool:
-        with lock:
-            open_questions[0] += 1
-            open_questions[1] = max(open_questions[1], open_questions[0])
-        time.sleep(0.4)
-        with lock:
-            open_questions[0] -= 1
-        return True
+    questions = OpenQuestions()
+    person = questions.sync_approver(0.4)
 
     @tool
     async def nap() -> str:
@@ -474,7 +487,7 @@ async def test_a_sync_approver_cut_by_a_timeout_still_holds_the_next_question_ba
     )
     result = await run(lead, "go", model=model)
     assert [c.status for c in result.children] == [RunStatus.TIMEOUT, RunStatus.COMPLETED]
-    assert open_questions[1] == 1
+    assert questions.most == 1
 
 
 async def test_an_approver_edits_its_own_copy_of_the_calls_input() -> None:
@@ -543,19 +556,12 @@ async def test_an_approver_that_raises_is_logged_with_its_error(
 
 
 async def test_a_sync_approver_handing_back_a_coroutine_still_answers_one_at_a_time() -> None:
-    open_questions = [0, 0]  # now, most at once
-
-    async def ask(call: PendingCall) -> bool:
-        open_questions[0] += 1
-        open_questions[1] = max(open_questions[1], open_questions[0])
-        await trio.sleep(0.05)
-        open_questions[0] -= 1
-        return True
-
+    questions = OpenQuestions()
+    ask = questions.async_approver(0.05)
     ran: list[str] = []
     await run(_confirm_agent(lambda call: ask(call), ran, calls=3), "go")
     assert sorted(ran) == ["f0", "f1", "f2"]
-    assert open_questions[1] == 1
+    assert questions.most == 1
 
 
 async def test_a_run_confirm_without_any_approver_says_that_none_is_configured() -> None:
