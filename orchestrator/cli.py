@@ -55,15 +55,23 @@ class UsageError(Exception):
 
 def load_agent(target: str) -> Agent:
     """The Agent named by ``FILE.py[:NAME]`` (default name ``agent``)."""
-    path_text, _, name = target.partition(":") if not os.path.exists(target) else (target, "", "")
+    path_text, name = target, ""
+    if not os.path.exists(target):  # NAME after the last ":" (a folder or a drive may hold one)
+        head, _, tail = target.rpartition(":")
+        if head and tail.isidentifier():
+            path_text, name = head, tail
     name = name or "agent"
     path = Path(path_text)
     if not path.is_file():
         raise UsageError(f"no such file: {path}")
-    spec = importlib.util.spec_from_file_location(f"_orchestrator_user_{path.stem}", path)
+    module_name = f"_orchestrator_user_{path.stem}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise UsageError(f"cannot load {path} as Python")
     module = importlib.util.module_from_spec(spec)
+    # registered like any import: dataclasses and pydantic resolve string annotations
+    # (``from __future__ import annotations``) through sys.modules
+    sys.modules[module_name] = module
     sys.path.insert(0, str(path.resolve().parent))
     try:
         spec.loader.exec_module(module)
@@ -71,6 +79,8 @@ def load_agent(target: str) -> Agent:
         raise UsageError(f"{path}: {exc}") from None
     except Exception as exc:
         raise UsageError(f"{path} failed to import: {type(exc).__name__}: {exc}") from None
+    except SystemExit as exc:
+        raise UsageError(f"{path} called sys.exit({exc.code!r}) while being imported") from None
     finally:
         sys.path.pop(0)
     if not hasattr(module, name):
@@ -187,11 +197,18 @@ def _summary(result: RunResult, wall: float, trace: str) -> str:
 def cmd_run(args: argparse.Namespace) -> int:
     from .tracing import configure_tracing
 
-    if args.corpus is not None:  # read by the research tools when they first open the corpus
+    # read by the research tools when they first open the corpus; a folder asked for by name
+    # (the option, or the variable set on purpose) must exist, or every search would fail
+    # and the run would still "complete"
+    if args.corpus is not None:
         corpus = Path(args.corpus)
         if not corpus.is_dir():
             raise UsageError(f"--corpus: no such folder: {corpus}")
         os.environ["ORCHESTRATOR_CORPUS"] = str(corpus.resolve())
+    elif os.environ.get("ORCHESTRATOR_CORPUS"):
+        corpus = Path(os.environ["ORCHESTRATOR_CORPUS"])
+        if not corpus.is_dir():
+            raise UsageError(f"ORCHESTRATOR_CORPUS: no such folder: {corpus}")
     agent = load_agent(args.target)
     try:
         limits = _limits_from(args)
@@ -250,15 +267,26 @@ def cmd_run(args: argparse.Namespace) -> int:
             "offline": offline,
             "tree": result.to_dict(),
         }
-        sys.stdout.write(json.dumps(payload) + "\n")
+        _write_stdout(json.dumps(payload) + "\n")
     else:
         if result.output:
-            sys.stdout.write(result.output.rstrip() + "\n")
+            _write_stdout(result.output.rstrip() + "\n")
         if result.status is not RunStatus.COMPLETED:
             err.write(f"run ended with {result.status.value}: {result.error}\n")
         if not args.quiet:
             err.write(_summary(result, wall, trace) + "\n")
     return EXIT_CODES[result.status]
+
+
+def _write_stdout(text: str) -> None:
+    """Write the result; a reader that went away (``| head``) does not change the run's exit
+    code nor lose the summary on stderr."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # later flushes (at exit too) must not raise again: stdout goes nowhere from here
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _model_spec(name: str | None) -> str | None:
@@ -291,12 +319,15 @@ def cmd_trace(args: argparse.Namespace) -> int:
     from . import traceview
 
     console = Console()
+    errors = Console(stderr=True)
     runs_dir = Path(args.runs_dir)
     if args.trace_command == "list":
         return traceview.list_command(runs_dir, console)
     if args.trace_command == "show":
-        return traceview.show(args.run, runs_dir, console)
-    return traceview.export_command(args.run, runs_dir, args.endpoint, args.protocol, console)
+        return traceview.show(args.run, runs_dir, console, errors=errors)
+    return traceview.export_command(
+        args.run, runs_dir, args.endpoint, args.protocol, console, errors=errors
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

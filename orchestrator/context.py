@@ -148,6 +148,7 @@ def clear_old_results(messages: list[Message], after: int, batch: int) -> tuple[
                 old.tool_use_id,
                 f"{CLEARED_PREFIX} result of {what} cleared to save context; call again if needed",
                 old.is_error,
+                old.error_type,
             )
         out[i] = Message(out[i].role, tuple(content))
     return out, len(due)
@@ -181,6 +182,7 @@ def shorten_kept_results(messages: list[Message], max_chars: int) -> list[Messag
                 old.tool_use_id,
                 f"{old.content[:share]}\n[cut to {share} characters for the checkpoint]",
                 old.is_error,
+                old.error_type,
             )
             out[i] = Message(out[i].role, tuple(content))
     return out

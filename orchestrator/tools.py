@@ -552,7 +552,7 @@ async def execute(
         if isinstance(outcome, _Ok):
             return _value_result(t, call, outcome.value, rt)
         message = outcome.message
-        if outcome.kind != "ToolError" and attempt < t.max_retries:  # ToolError: final
+        if not outcome.final and attempt < t.max_retries:
             await trio.sleep(min(0.25 * 2**attempt, 4.0) * (0.5 + random.random()))
             attempt += 1
             continue
@@ -602,11 +602,12 @@ class _Ok:
 
 @dataclass(frozen=True, slots=True)
 class _Failed:
-    """What the model reads, and the kind of failure (``ToolError``: the tool's own final
-    word, never retried)."""
+    """What the model reads, the kind of failure, and whether it is final (a ``ToolError``:
+    the tool's own last word, never retried)."""
 
     message: str
     kind: str
+    final: bool = False
 
 
 async def _attempt(
@@ -638,7 +639,7 @@ async def _attempt(
                 raise
     except Exception as exc:
         if _only_tool_errors(exc):
-            return _Failed(describe_exception(exc, with_type=False), "ToolError")
+            return _Failed(describe_exception(exc, with_type=False), "ToolError", final=True)
         return _raised(t, exc)
     except SystemExit as exc:  # say, argparse refusing the model's arguments: not the run's end
         return _Failed(

@@ -759,13 +759,16 @@ def export_trace(
 # CLI entry points: print, return an exit code.
 
 
-def show(run: str | None, runs_dir: Path, console: Console) -> int:
-    """``orchestrator trace show [RUN]``: draw a saved run (default: the newest)."""
+def show(
+    run: str | None, runs_dir: Path, console: Console, *, errors: Console | None = None
+) -> int:
+    """``orchestrator trace show [RUN]``: draw a saved run (default: the newest). Errors go to
+    ``errors`` (the CLI's stderr), else to ``console``."""
     try:
         path = resolve_run(run, runs_dir)
         spans = load_trace(path)
     except (TraceNotFoundError, TraceFileError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        (errors or console).print(f"[red]error:[/red] {exc}")
         return 1
     console.print(f"[dim]{path}[/dim]")
     render_trace(spans, console)
@@ -809,6 +812,8 @@ def list_command(runs_dir: Path, console: Console, *, limit: int | None = None) 
         )
     headers = ["run", "agent", "started", "duration", "spans", "status", "file"]
     widest = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(headers)]
+    if not console.is_terminal:  # piped (grep, a file): whole values, nothing cut to fit
+        console.width = max(console.width, sum(widest) + 2 * len(headers))
     # The CLI names files <run id>.jsonl, so the file column mostly repeats the run id: it is
     # the first thing to go when the terminal is too narrow for everything.
     if all(row[6] == f"{row[0]}.jsonl" for row in rows) or sum(widest) + 2 * 6 > console.width:
@@ -840,16 +845,18 @@ def export_command(
     console: Console,
     *,
     timeout: float = 10.0,
+    errors: Console | None = None,
 ) -> int:
-    """``orchestrator trace export RUN --endpoint URL``: send a saved run to a collector."""
+    """``orchestrator trace export RUN --endpoint URL``: send a saved run to a collector.
+    Errors go to ``errors`` (the CLI's stderr), else to ``console``."""
     try:
         path = resolve_run(run, runs_dir)
         sent = export_trace(path, endpoint, protocol, timeout=timeout)
     except (TraceNotFoundError, TraceFileError, TraceExportError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        (errors or console).print(f"[red]error:[/red] {exc}")
         return 1
     except OrchestratorError as exc:  # e.g. an unsupported protocol
-        console.print(f"[red]error:[/red] {exc}")
+        (errors or console).print(f"[red]error:[/red] {exc}")
         return 2
     target = resolve_otlp_endpoint(endpoint, protocol)
     console.print(f"sent {sent} spans from {path} to {target}")

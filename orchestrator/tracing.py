@@ -40,6 +40,7 @@ import json
 import logging
 import os
 import sys
+import tempfile
 import threading
 import time
 import weakref
@@ -719,8 +720,11 @@ def _check_writable_folder(folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigurationError(f"cannot create the trace folder {folder}: {exc}") from None
-    if not os.access(folder, os.W_OK):
-        raise ConfigurationError(f"cannot write trace files to {folder}: permission denied")
+    try:  # by writing: permission bits say nothing to root, nor about a read-only mount
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise ConfigurationError(f"cannot write trace files to {folder}: {exc}") from None
 
 
 def configure_tracing(

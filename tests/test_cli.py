@@ -368,6 +368,25 @@ def test_a_runs_dir_that_cannot_be_created_is_a_one_line_error_before_the_run(wo
     assert "trace folder" in line and "a_file" in line
 
 
+def test_a_runs_dir_that_cannot_be_written_is_a_one_line_error_before_the_run(work: Path) -> None:
+    # /proc refuses new files even to root, whose permission bits say yes to everything
+    line = one_line_error(orchestrator(work, "run", "agents.py", "go", "--runs-dir", "/proc"))
+    assert "cannot write trace files to /proc" in line
+
+
+def test_an_orchestrator_corpus_that_is_not_a_folder_is_a_one_line_error(work: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "run", "agents.py", "go"],
+        cwd=work,
+        env=cli_env(ORCHESTRATOR_CORPUS=str(work / "missing")),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    line = one_line_error(proc)
+    assert "ORCHESTRATOR_CORPUS" in line and "missing" in line
+
+
 def test_a_file_that_raises_on_import_is_a_one_line_error(work: Path) -> None:
     (work / "bad.py").write_text("import os\n\nraise ValueError('boom at import')\n")
     line = one_line_error(orchestrator(work, "run", "bad.py", "go"))
@@ -378,6 +397,32 @@ def test_a_file_with_a_syntax_error_is_a_one_line_error(work: Path) -> None:
     (work / "syntax.py").write_text("agent = (\n")
     line = one_line_error(orchestrator(work, "run", "syntax.py", "go"))
     assert "SyntaxError" in line
+
+
+def test_a_file_using_postponed_annotations_with_a_dataclass_loads(work: Path) -> None:
+    # dataclasses (and pydantic) resolve string annotations through sys.modules
+    (work / "dc.py").write_text(
+        "from __future__ import annotations\n"
+        "from dataclasses import dataclass\n"
+        "from orchestrator import Agent\n\n"
+        "@dataclass\nclass Settings:\n    depth: int = 1\n\n"
+        "agent = Agent('a', 'Answer briefly.', model='offline')\n"
+    )
+    proc = orchestrator(work, "run", "dc.py", "hello", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_the_agent_name_is_after_the_last_colon_and_a_file_that_exits_says_so(
+    work: Path,
+) -> None:
+    folder = work / "v2:trees"
+    folder.mkdir()
+    (folder / "tree.py").write_text((work / "agents.py").read_text())
+    proc = orchestrator(work, "run", "v2:trees/tree.py:worker", "hello", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    (work / "exits.py").write_text("import sys\nsys.exit(3)\n")
+    line = one_line_error(orchestrator(work, "run", "exits.py", "go"))
+    assert "exits.py" in line and "sys.exit(3)" in line
 
 
 def test_a_missing_name_is_a_one_line_error_listing_the_agents_defined(work: Path) -> None:
@@ -707,6 +752,47 @@ def test_trace_list_and_show_draw_the_runs_after_a_run(work: Path) -> None:
         assert name in shown.stdout, shown.stdout
     newest = orchestrator(work, "trace", "show")
     assert newest.returncode == 0 and "invoke_agent lead" in newest.stdout
+
+
+def test_trace_list_piped_keeps_whole_values_and_trace_errors_go_to_stderr(work: Path) -> None:
+    first = orchestrator(work, "run", "agents.py:looper", "Go", "--json", "--max-turns", "2")
+    run_id = json.loads(first.stdout)["run_id"]
+    env = cli_env()
+    env["COLUMNS"] = "40"  # a narrow default, as when piped without a terminal width
+    listing = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "trace", "list"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    (row,) = [line for line in listing.stdout.splitlines() if run_id in line]
+    assert "max_turns" in row.split() and "looper" in row.split(), listing.stdout
+
+    for args in (("trace", "show", "nope"), ("trace", "export", "nope", "--endpoint", "x")):
+        failed = orchestrator(work, *args)
+        assert failed.returncode == 1
+        assert failed.stdout == "" and "error:" in failed.stderr
+
+
+def test_a_reader_that_goes_away_does_not_change_the_exit_code_nor_lose_the_summary(
+    work: Path,
+) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.cli", "run", "agents.py:team", "Rest"],
+        cwd=work,
+        env=cli_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    proc.stdout.close()  # like `| true`: nobody reads the answer
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr
+    assert "Traceback" not in stderr and "status=completed" in stderr
 
 
 # --------------------------------------------------------------------------------------------

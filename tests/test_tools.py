@@ -1104,3 +1104,20 @@ async def test_a_failed_calls_error_type_names_the_kind_of_failure(autojump_cloc
     first = results_of(result)[0]
     assert first == ToolResultBlock(first.tool_use_id, first.content, True)
     assert "error_type" not in json.dumps(to_wire(first))
+
+
+async def test_an_idempotent_tools_exception_named_like_ours_is_still_retried(autojump_clock):
+    # only our own ToolError is final: another library's class of that name is an error
+    other_tool_error = type("ToolError", (Exception,), {})  # as another library names it
+    attempts = []
+
+    @tool(idempotent=True, max_retries=2)
+    async def flaky() -> str:
+        """Fail once."""
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise other_tool_error("transient")
+        return "ok"
+
+    _, res = await call_once(flaky)
+    assert not res.is_error and res.content == "ok" and len(attempts) == 2
