@@ -168,16 +168,18 @@ async def _run_tree(
 
 
 async def _watch_sigint(handle: Any) -> None:
-    """First Ctrl-C cancels the tree (keeping what finished); a second exits at once."""
-    with trio.open_signal_receiver(signal.SIGINT) as signals:
+    """First Ctrl-C (or SIGTERM: a timeout, docker stop, a CI cancel) cancels the tree,
+    keeping what finished and ending every span; a second exits at once."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         count = 0
-        async for _ in signals:
+        async for signum in signals:
             count += 1
             if count == 1:
                 # sys.stderr at this moment, not the stream saved before: while the live view
                 # is up it is rich's proxy, which prints above the tree instead of under it
                 # (where the next redraw would erase the line)
-                sys.stderr.write("\ncancelling the run (Ctrl-C again to exit at once)...\n")
+                how = "Ctrl-C" if signum == signal.SIGINT else "a second signal"
+                sys.stderr.write(f"\ncancelling the run ({how} again to exit at once)...\n")
                 sys.stderr.flush()
                 handle.cancel()
             else:

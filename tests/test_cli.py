@@ -488,8 +488,10 @@ def test_without_an_api_key_anthropic_agents_run_offline_and_the_cli_says_so_onc
 # Ctrl-C.
 
 
-def interrupt_mid_run(work: Path, target: str, signals: int) -> tuple[int, str, float]:
-    """Start a run, wait until its tool is running, send ``signals`` SIGINTs 0.3 s apart.
+def interrupt_mid_run(
+    work: Path, target: str, signals: int, signum: int = signal.SIGINT
+) -> tuple[int, str, float]:
+    """Start a run, wait until its tool is running, send ``signals`` signals 0.3 s apart.
 
     Returns (exit code, stderr, seconds from the first SIGINT to the exit).
     """
@@ -512,7 +514,7 @@ def interrupt_mid_run(work: Path, target: str, signals: int) -> tuple[int, str, 
         for i in range(signals):
             if i:
                 time.sleep(0.3)
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(signum)
         _, stderr = proc.communicate(timeout=15)
         return proc.returncode, stderr, time.monotonic() - started
     finally:
@@ -521,10 +523,12 @@ def interrupt_mid_run(work: Path, target: str, signals: int) -> tuple[int, str, 
             proc.wait()
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_sigint_mid_run_cancels_the_tree_exits_130_and_leaves_a_complete_trace(
-    work: Path,
+    work: Path, signum: int
 ) -> None:
-    code, stderr, took = interrupt_mid_run(work, "agents.py:sleeper", signals=1)
+    # SIGTERM (timeout, docker stop, a CI cancel) is handled like Ctrl-C
+    code, stderr, took = interrupt_mid_run(work, "agents.py:sleeper", signals=1, signum=signum)
     assert took < 5  # the 60 s nap was cut, not waited for
     assert code == 130, stderr
     assert "Traceback" not in stderr
