@@ -6,7 +6,8 @@ lead writes an answer that cites the documents read.
 The lead holds no search tools; each researcher gets only ``search`` and ``read``. Without an API
 key the CLI runs this tree on the offline model; with one, on the models below (replace them
 with ``--override-model``, e.g. ``--override-model claude-haiku-5-5``). ``--corpus DIR``
-searches a folder of .md/.txt/.rst/.html files instead of the Python documentation.
+searches a folder of .md/.txt/.rst/.html files instead of the Python documentation (files over
+8 MiB and names holding ``#`` are not indexed; a search that finds nothing says how many).
 """
 
 from orchestrator import Agent, Limits

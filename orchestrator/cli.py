@@ -364,7 +364,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--dry-run", action="store_true", help="validate the tree and print its worst case"
     )
     run.add_argument(
-        "--corpus", help="folder of .md/.txt/.rst/.html files for the research tools to search"
+        "--corpus",
+        help="folder of .md/.txt/.rst/.html files for the research tools to search (files over "
+        "8 MiB and names holding '#' are not indexed)",
     )
     run.add_argument("--runs-dir", default=str(DEFAULT_RUNS_DIR), help="where trace files go")
     run.set_defaults(func=cmd_run)

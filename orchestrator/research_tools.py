@@ -66,7 +66,14 @@ def corpus_tools(root: Path | str | None = None, *, index_path: Path | None = No
         except CorpusError as exc:
             raise ToolError(str(exc)) from None
         if not hits:
-            return f"No documents match {query!r}. Try other or fewer words."
+            skipped = corpus().last_refresh.skipped
+            note = (
+                f" ({skipped} files of the folder are not indexed: over 8 MiB, a name holding "
+                "'#' or '\\' or not UTF-8, unreadable, or a link out of the folder.)"
+                if skipped
+                else ""
+            )
+            return f"No documents match {query!r}. Try other or fewer words.{note}"
         return "\n".join(f"[{h.id}] {h.title}\n    {h.snippet}" for h in hits)
 
     @tool(idempotent=True)

@@ -190,6 +190,14 @@ def test_keywords_and_search_query_drop_question_words() -> None:
             ["What is a closure", "how does nonlocal work"],
         ),
         ("How does the for statement work?", ["How does the for statement work"]),
+        (
+            "Explain decorators, generators, and context managers.",
+            ["Explain decorators", "Explain generators", "Explain context managers"],
+        ),
+        (
+            "How do lists, tuples and sets differ?",
+            ["How do lists differ", "How do tuples differ", "How do sets differ"],
+        ),
     ],
 )
 def test_split_question(question: str, parts: list[str]) -> None:
@@ -200,6 +208,22 @@ def test_split_question_is_bounded_and_never_empty() -> None:
     assert split_question("") == ["the task"]
     many = "; ".join(f"What is topic{i}" for i in range(10))
     assert len(split_question(many)) == 4
+    assert len(split_question(many, limit=None)) == 10
+
+
+async def test_the_research_tree_says_which_parts_of_a_long_question_it_left_out(
+    folder_corpus: tuple[Path, Path],
+) -> None:
+    question = (
+        "How do lambda expressions, list comprehensions, generators, decorators, context "
+        "managers and f-strings work?"
+    )
+    result = await run(research_tree(*folder_corpus), question)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert len(result.children) == 4
+    assert "Not researched" in result.output
+    assert "How do context managers work" in result.output
+    assert "How do f-strings work" in result.output
 
 
 # -- any other tree ------------------------------------------------------------------------------
@@ -370,3 +394,15 @@ def test_rerank_keeps_at_most_two_places_per_document_while_others_are_left() ->
     hits.append(SearchHit("stdlib:b", "b", "x", 1.0))
     ranked = [h.id for h in rerank("x", hits, 4)]
     assert ranked == ["stdlib:a#s0", "stdlib:a#s1", "stdlib:b", "stdlib:a#s2"]
+
+
+def test_a_search_that_finds_nothing_says_how_many_files_were_not_indexed(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "plain.md").write_text("# Plain\n\nNothing special here.\n")
+    (root / "C#-notes.md").write_text("# Notes\n\nThe zanzibar protocol.\n")  # '#': not indexed
+    search, _ = corpus_tools(root, index_path=tmp_path / "index.sqlite")
+    answer = search.fn(query="zanzibar")
+    assert "No documents match" in answer and "1 files of the folder are not indexed" in answer

@@ -96,6 +96,15 @@ _PAIR = re.compile(
     r"(?P<b>[\w.-]+(?:\s+[\w.-]+){0,3}?)"
     r"(?P<post>\s+(?:work|works|behave|differ|mean|relate|do|get|in|for|with)\b.*)?$"
 )
+# "Explain X, Y, and Z" / "How do X, Y and Z work?" -> one question per item
+_LIST = re.compile(
+    r"(?i)^(?P<pre>.*?\b(?:do|does|did|are|is|were|was|about|of|between|can|should|explain|"
+    r"describe)\s+)"
+    r"(?P<items>[\w.-]+(?:\s+[\w.-]+){0,3}?(?:\s*,\s*[\w.-]+(?:\s+[\w.-]+){0,3}?)+"
+    r"\s*,?\s+and\s+[\w.-]+(?:\s+[\w.-]+){0,3}?)"
+    r"(?P<post>\s+(?:work|works|behave|differ|mean|relate|do|get|in|for|with)\b.*)?$"
+)
+_LIST_SEPARATOR = re.compile(r"\s*,\s*(?:and\s+)?|\s+and\s+", re.IGNORECASE)
 _COMPARE = re.compile(
     r"(?i)^\s*(?:compare|contrast)\s+(.+?)\s+(?:and|with|to|vs\.?|versus)\s+(.+)$"
 )
@@ -182,13 +191,26 @@ def _split_pair(part: str) -> list[str] | None:
     return [f"{pre}{a}{post}", f"{pre}{b}{post}"]
 
 
-def split_question(question: str) -> list[str]:
+def _split_list(part: str) -> list[str] | None:
+    """``Explain X, Y, and Z`` -> one question per item (three or more), or None."""
+    m = _LIST.match(part)
+    if m is None:
+        return None
+    items = [i for i in _LIST_SEPARATOR.split(m.group("items")) if i.strip()]
+    if len(items) < 3 or not all(keywords(i) for i in items):
+        return None
+    pre, post = m.group("pre"), m.group("post") or ""
+    return [f"{pre}{item}{post}" for item in items]
+
+
+def split_question(question: str, limit: int | None = MAX_SUBQUESTIONS) -> list[str]:
     """Split a compound question into up to four sub-questions (at least one).
 
-    Sentences and clauses ("..., and how ...") split first; then "compare X and Y" and
-    "how do X and Y work" split into one question per side (a lone modifier or participle
+    Sentences and clauses ("..., and how ...") split first; then "compare X and Y", lists
+    ("explain X, Y, and Z") and "how do X and Y work" split into one question per item (a lone modifier or participle
     borrows what the two sides share: "shallow and deep copies" -> "shallow copies" and "deep
-    copies"). Parts without a content word are dropped; duplicates are kept once.
+    copies"). Parts without a content word are dropped; duplicates are kept once. ``limit``
+    (``None``: all) bounds how many come back.
     """
     parts = [p.strip(" .,;:") for p in re.split(r"[?;]\s*|\n+", question) if p.strip(" .,;:")]
     out: list[str] = []
@@ -199,10 +221,10 @@ def split_question(question: str) -> list[str]:
             if compare:
                 pieces = [compare.group(1), compare.group(2)]
             else:
-                pieces = _split_pair(clause) or [clause]
+                pieces = _split_list(clause) or _split_pair(clause) or [clause]
             out.extend(p.strip(" .,;:") for p in pieces if keywords(p))
     unique = list(dict.fromkeys(out))
-    return (unique or [question.strip() or "the task"])[:MAX_SUBQUESTIONS]
+    return (unique or [question.strip() or "the task"])[:limit]
 
 
 # -- arguments for arbitrary tools --------------------------------------------------------------
@@ -478,6 +500,12 @@ class OfflineModel:
             )
             sections.append(f"\n## {sub.rstrip('?')}?\n{body.strip()}")
             sources.extend(_ID_CITE.findall(body))
+        left = split_question(task, limit=None)[MAX_SUBQUESTIONS:]
+        if left:  # said, not dropped in silence
+            sections.append(
+                f"\n(Not researched: the question has more parts than the {MAX_SUBQUESTIONS} "
+                f"this model researches at once: {'; '.join(left)}. Ask about them separately.)"
+            )
         if sources:
             sections.append("\nSources: " + ", ".join(f"[{s}]" for s in dict.fromkeys(sources)))
         return "\n".join(sections)
