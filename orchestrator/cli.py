@@ -13,6 +13,7 @@ Exit codes: 0 completed; 1 error; 2 bad usage or input (file, name, tree); 3 max
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.util
 import json
 import os
@@ -58,13 +59,17 @@ def load_agent(target: str) -> Agent:
     path_text, name = target, ""
     if not os.path.exists(target):  # NAME after the last ":" (a folder or a drive may hold one)
         head, _, tail = target.rpartition(":")
-        if head and tail.isidentifier():
+        if head and (os.path.isfile(head) or tail.isidentifier()):
             path_text, name = head, tail
+            if name and not name.isidentifier():
+                raise UsageError(f"{name!r} is not a Python name (in {target})")
     name = name or "agent"
     path = Path(path_text)
     if not path.is_file():
         raise UsageError(f"no such file: {path}")
-    module_name = f"_orchestrator_user_{path.stem}"
+    # one name per file, so two files of one stem loaded in one process stay apart
+    digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
+    module_name = f"_orchestrator_user_{digest}_{path.stem}"
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise UsageError(f"cannot load {path} as Python")
@@ -76,10 +81,13 @@ def load_agent(target: str) -> Agent:
     try:
         spec.loader.exec_module(module)
     except ConfigurationError as exc:
+        sys.modules.pop(module_name, None)
         raise UsageError(f"{path}: {exc}") from None
     except Exception as exc:
+        sys.modules.pop(module_name, None)
         raise UsageError(f"{path} failed to import: {type(exc).__name__}: {exc}") from None
     except SystemExit as exc:
+        sys.modules.pop(module_name, None)
         raise UsageError(f"{path} called sys.exit({exc.code!r}) while being imported") from None
     finally:
         sys.path.pop(0)
@@ -178,8 +186,8 @@ async def _watch_sigint(handle: Any) -> None:
                 # sys.stderr at this moment, not the stream saved before: while the live view
                 # is up it is rich's proxy, which prints above the tree instead of under it
                 # (where the next redraw would erase the line)
-                how = "Ctrl-C" if signum == signal.SIGINT else "a second signal"
-                sys.stderr.write(f"\ncancelling the run ({how} again to exit at once)...\n")
+                again = "Ctrl-C again" if signum == signal.SIGINT else "send it again"
+                sys.stderr.write(f"\ncancelling the run ({again} to exit at once)...\n")
                 sys.stderr.flush()
                 handle.cancel()
             else:
@@ -208,7 +216,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise UsageError(f"--corpus: no such folder: {corpus}")
         os.environ["ORCHESTRATOR_CORPUS"] = str(corpus.resolve())
     elif os.environ.get("ORCHESTRATOR_CORPUS"):
-        corpus = Path(os.environ["ORCHESTRATOR_CORPUS"])
+        corpus = Path(os.environ["ORCHESTRATOR_CORPUS"]).expanduser()  # as the corpus reads it
         if not corpus.is_dir():
             raise UsageError(f"ORCHESTRATOR_CORPUS: no such folder: {corpus}")
     agent = load_agent(args.target)
@@ -281,14 +289,18 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _write_stdout(text: str) -> None:
-    """Write the result; a reader that went away (``| head``) does not change the run's exit
-    code nor lose the summary on stderr."""
+    """Write the result; a reader that went away (``| head``) or a closed stdout (``>&-``)
+    does not change the run's exit code nor lose the summary on stderr."""
+    if sys.stdout is None:
+        return
     try:
         sys.stdout.write(text)
         sys.stdout.flush()
     except BrokenPipeError:
         # later flushes (at exit too) must not raise again: stdout goes nowhere from here
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # closed or unusable: nothing more to do with it
+        pass
 
 
 def _model_spec(name: str | None) -> str | None:

@@ -67,9 +67,12 @@ def corpus_tools(root: Path | str | None = None, *, index_path: Path | None = No
             raise ToolError(str(exc)) from None
         if not hits:
             skipped = corpus().last_refresh.skipped
+            files = (
+                "1 file of the folder is" if skipped == 1 else f"{skipped} files of the folder are"
+            )
             note = (
-                f" ({skipped} files of the folder are not indexed: over 8 MiB, a name holding "
-                "'#' or '\\' or not UTF-8, unreadable, or a link out of the folder.)"
+                f" ({files} not indexed: over 8 MiB, a name holding '#' or '\\' or not "
+                "UTF-8, unreadable, or a link out of the folder.)"
                 if skipped
                 else ""
             )

@@ -759,6 +759,13 @@ def export_trace(
 # CLI entry points: print, return an exit code.
 
 
+def escape(text: str) -> str:
+    """``text`` shown as it is by rich (a path or a message holding "[...]" is not markup)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
+
+
 def show(
     run: str | None, runs_dir: Path, console: Console, *, errors: Console | None = None
 ) -> int:
@@ -768,9 +775,9 @@ def show(
         path = resolve_run(run, runs_dir)
         spans = load_trace(path)
     except (TraceNotFoundError, TraceFileError) as exc:
-        (errors or console).print(f"[red]error:[/red] {exc}")
+        (errors or console).print(f"[red]error:[/red] {escape(str(exc))}")
         return 1
-    console.print(f"[dim]{path}[/dim]")
+    console.print(f"[dim]{escape(str(path))}[/dim]")
     render_trace(spans, console)
     return 0
 
@@ -786,7 +793,7 @@ def list_command(runs_dir: Path, console: Console, *, limit: int | None = None) 
 
     runs = list_runs(runs_dir)
     if not runs:
-        console.print(f"no saved traces in {runs_dir}")
+        console.print(f"no saved traces in {escape(str(runs_dir))}")
         return 0
     shown = runs[:limit] if limit else runs
     this_year = datetime.now().year
@@ -853,11 +860,11 @@ def export_command(
         path = resolve_run(run, runs_dir)
         sent = export_trace(path, endpoint, protocol, timeout=timeout)
     except (TraceNotFoundError, TraceFileError, TraceExportError) as exc:
-        (errors or console).print(f"[red]error:[/red] {exc}")
+        (errors or console).print(f"[red]error:[/red] {escape(str(exc))}")
         return 1
     except OrchestratorError as exc:  # e.g. an unsupported protocol
-        (errors or console).print(f"[red]error:[/red] {exc}")
+        (errors or console).print(f"[red]error:[/red] {escape(str(exc))}")
         return 2
     target = resolve_otlp_endpoint(endpoint, protocol)
-    console.print(f"sent {sent} spans from {path} to {target}")
+    console.print(f"sent {sent} spans from {escape(str(path))} to {escape(str(target))}")
     return 0

@@ -723,8 +723,10 @@ def _check_writable_folder(folder: Path) -> None:
     try:  # by writing: permission bits say nothing to root, nor about a read-only mount
         with tempfile.TemporaryFile(dir=folder):
             pass
-    except OSError as exc:
-        raise ConfigurationError(f"cannot write trace files to {folder}: {exc}") from None
+    except OSError as exc:  # its strerror: the probe file's random name says nothing
+        raise ConfigurationError(
+            f"cannot write trace files to {folder}: {exc.strerror or exc}"
+        ) from None
 
 
 def configure_tracing(

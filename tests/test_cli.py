@@ -420,6 +420,9 @@ def test_the_agent_name_is_after_the_last_colon_and_a_file_that_exits_says_so(
     (folder / "tree.py").write_text((work / "agents.py").read_text())
     proc = orchestrator(work, "run", "v2:trees/tree.py:worker", "hello", "--quiet")
     assert proc.returncode == 0, proc.stderr
+    assert orchestrator(work, "run", "agents.py:", "hello", "--quiet").returncode == 0
+    line = one_line_error(orchestrator(work, "run", "agents.py:1bad", "go"))
+    assert "'1bad' is not a Python name" in line
     (work / "exits.py").write_text("import sys\nsys.exit(3)\n")
     line = one_line_error(orchestrator(work, "run", "exits.py", "go"))
     assert "exits.py" in line and "sys.exit(3)" in line
@@ -778,6 +781,8 @@ def test_trace_list_piped_keeps_whole_values_and_trace_errors_go_to_stderr(work:
         failed = orchestrator(work, *args)
         assert failed.returncode == 1
         assert failed.stdout == "" and "error:" in failed.stderr
+    bracketed = orchestrator(work, "trace", "show", "[/x]")  # not rich markup
+    assert bracketed.returncode == 1 and "[/x]" in bracketed.stderr, bracketed.stderr
 
 
 def test_a_reader_that_goes_away_does_not_change_the_exit_code_nor_lose_the_summary(

@@ -454,6 +454,7 @@ async def test_clearing_keeps_the_error_flag_of_a_failed_call() -> None:
         b.tool_use_id: b for m in result.messages for b in m.content if b.type == "tool_result"
     }
     assert [results[f"c{n}"].is_error for n in range(6)] == [False, True] * 3
+    assert [results[f"c{n}"].error_type for n in range(6)] == [None, "ValueError"] * 3
     assert all(results[f"c{n}"].content.startswith(CLEARED_PREFIX) for n in range(5))
 
 

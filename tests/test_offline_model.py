@@ -195,8 +195,18 @@ def test_keywords_and_search_query_drop_question_words() -> None:
             ["Explain decorators", "Explain generators", "Explain context managers"],
         ),
         (
-            "How do lists, tuples and sets differ?",
-            ["How do lists differ", "How do tuples differ", "How do sets differ"],
+            "How do lists, tuples and sets work?",
+            ["How do lists work", "How do tuples work", "How do sets work"],
+        ),
+        # comparisons, and lists that are not what the question is about, stay whole
+        ("How do lists, tuples and sets differ?", ["How do lists, tuples and sets differ"]),
+        (
+            "What is the difference between lists, tuples, and sets?",
+            ["What is the difference between lists, tuples, and sets"],
+        ),
+        (
+            "Is it true that lists, dicts and sets are mutable?",
+            ["Is it true that lists, dicts and sets are mutable"],
         ),
     ],
 )
@@ -224,6 +234,18 @@ async def test_the_research_tree_says_which_parts_of_a_long_question_it_left_out
     assert "Not researched" in result.output
     assert "How do context managers work" in result.output
     assert "How do f-strings work" in result.output
+
+
+async def test_a_lead_that_gave_each_child_the_whole_question_claims_nothing_left_out() -> None:
+    question = (
+        "How do lambda expressions, list comprehensions, generators, decorators, context "
+        "managers and f-strings work?"
+    )
+    helpers = [Agent(name, "Help.", description="helps") for name in ("alpha", "beta")]
+    lead = Agent("lead", "Lead.", model="offline", subagents=helpers, limits=Limits(max_depth=1))
+    result = await run(lead, question)
+    assert [c.messages[0].text for c in result.children] == [question, question]
+    assert "Not researched" not in result.output
 
 
 # -- any other tree ------------------------------------------------------------------------------
@@ -405,4 +427,4 @@ def test_a_search_that_finds_nothing_says_how_many_files_were_not_indexed(
     (root / "C#-notes.md").write_text("# Notes\n\nThe zanzibar protocol.\n")  # '#': not indexed
     search, _ = corpus_tools(root, index_path=tmp_path / "index.sqlite")
     answer = search.fn(query="zanzibar")
-    assert "No documents match" in answer and "1 files of the folder are not indexed" in answer
+    assert "No documents match" in answer and "1 file of the folder is not indexed" in answer

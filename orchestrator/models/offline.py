@@ -104,6 +104,7 @@ _LIST = re.compile(
     r"\s*,?\s+and\s+[\w.-]+(?:\s+[\w.-]+){0,3}?)"
     r"(?P<post>\s+(?:work|works|behave|differ|mean|relate|do|get|in|for|with)\b.*)?$"
 )
+_COMPARING = re.compile(r"(?i)\b(?:difference|differences|differ|between|compare|versus|vs)\b")
 _LIST_SEPARATOR = re.compile(r"\s*,\s*(?:and\s+)?|\s+and\s+", re.IGNORECASE)
 _COMPARE = re.compile(
     r"(?i)^\s*(?:compare|contrast)\s+(.+?)\s+(?:and|with|to|vs\.?|versus)\s+(.+)$"
@@ -192,14 +193,25 @@ def _split_pair(part: str) -> list[str] | None:
 
 
 def _split_list(part: str) -> list[str] | None:
-    """``Explain X, Y, and Z`` -> one question per item (three or more), or None."""
+    """``Explain X, Y, and Z`` -> one question per item (three or more), or None.
+
+    Only plain lists of names split: a question that compares ("the difference between X, Y
+    and Z") stays whole, and so does one whose items hold function words ("Is it true that
+    X, Y and Z are mutable": the list is not what the question is about).
+    """
     m = _LIST.match(part)
     if m is None:
         return None
-    items = [i for i in _LIST_SEPARATOR.split(m.group("items")) if i.strip()]
-    if len(items) < 3 or not all(keywords(i) for i in items):
-        return None
     pre, post = m.group("pre"), m.group("post") or ""
+    if _COMPARING.search(pre + post):
+        return None
+    items = [i for i in _LIST_SEPARATOR.split(m.group("items")) if i.strip()]
+    if len(items) < 3:
+        return None
+    for item in items:
+        words = [w.lower() for w in item.split() if w.lower() not in _DETERMINERS]
+        if not words or len(words) > 3 or any(w in _STOP for w in words) or not keywords(item):
+            return None
     return [f"{pre}{item}{post}" for item in items]
 
 
@@ -500,7 +512,10 @@ class OfflineModel:
             )
             sections.append(f"\n## {sub.rstrip('?')}?\n{body.strip()}")
             sources.extend(_ID_CITE.findall(body))
-        left = split_question(task, limit=None)[MAX_SUBQUESTIONS:]
+        spawned = [str(c.input.get("task", "")) for c in calls if c.name == SPAWN]
+        parts = split_question(task, limit=None)
+        # only when the lead split the question (not when each child got all of it)
+        left = parts[MAX_SUBQUESTIONS:] if spawned == parts[:MAX_SUBQUESTIONS] else []
         if left:  # said, not dropped in silence
             sections.append(
                 f"\n(Not researched: the question has more parts than the {MAX_SUBQUESTIONS} "
