@@ -45,6 +45,7 @@ from support.fake_messages_server import (
 from orchestrator.errors import ModelError
 from orchestrator.messages import (
     Message,
+    RedactedThinkingBlock,
     TextBlock,
     ThinkingBlock,
     ToolResultBlock,
@@ -566,6 +567,52 @@ def _sse(*events: tuple[str, Any]) -> bytes:
     )
 
 
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\x85", "\x1c", "\x0c"])
+async def test_characters_str_splitlines_breaks_at_are_not_line_ends_in_the_stream(
+    server: FakeMessagesServer, separator: str
+) -> None:
+    # JSON may carry them unescaped (the API sends non-ASCII as it is): only CR and LF end an
+    # event's line, or the data line is cut in two and every retry fails the same way
+    said = f"Quoted from the page:{separator}next line"
+    body = b"".join(
+        f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+        for name, data in [
+            ("message_start", _MESSAGE_START),
+            (
+                "content_block_start",
+                {
+                    "type": "content_block_start",
+                    "index": 0,
+                    "content_block": {"type": "text", "text": ""},
+                },
+            ),
+            (
+                "content_block_delta",
+                {
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "text_delta", "text": said},
+                },
+            ),
+            ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+            (
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": "end_turn"},
+                    "usage": {"output_tokens": 9},
+                },
+            ),
+            ("message_stop", {"type": "message_stop"}),
+        ]
+    )
+    server.push(Malformed(body))
+    async with open_ctx() as ctx:
+        result = await model_for(server).request(make_request(), ctx)
+    assert result.content == (TextBlock(said),)
+    assert len(server.requests) == 1
+
+
 @pytest.mark.parametrize(
     "failure",
     [
@@ -701,6 +748,49 @@ async def test_an_input_too_long_for_the_context_window_is_not_fatal(
         with pytest.raises(ModelError) as caught:
             await model_for(server).request(make_request(), ctx)
     assert (caught.value.fatal, caught.value.kind) == (False, "context_exceeded")
+
+
+async def test_an_output_cap_over_the_models_is_that_agents_error_not_the_runs(
+    server: FakeMessagesServer,
+) -> None:
+    # a cut tool call is retried with a doubled cap, which may pass the model's own limit
+    server.push(
+        Error(
+            400,
+            "invalid_request_error",
+            "max_tokens: 40000 > 32000, which is the maximum allowed number of output tokens",
+        )
+    )
+    async with open_ctx() as ctx:
+        with pytest.raises(ModelError) as caught:
+            await model_for(server).request(make_request(max_tokens=40000), ctx)
+    assert (caught.value.fatal, caught.value.kind) == (False, "invalid_request")
+
+
+@pytest.mark.parametrize("stop_reason", ["model_context_window_exceeded", "refusal"])
+async def test_a_tool_call_cut_by_a_full_window_or_a_refusal_is_passed_on_not_retried(
+    server: FakeMessagesServer, stop_reason: str
+) -> None:
+    cut = {"type": "tool_use", "id": "toolu_c", "name": "search", "input": {"q": "x"}}
+    server.push(Reply((dict(cut, _partial_json='{"q": "x'),), stop_reason=stop_reason))
+    async with open_ctx() as ctx:
+        result = await model_for(server).request(make_request(), ctx)
+    assert result.stop_reason == stop_reason
+    assert len(server.requests) == 1
+
+
+async def test_no_cache_breakpoint_lands_on_redacted_thinking(server: FakeMessagesServer) -> None:
+    server.push(text("ok"))
+    messages = [
+        Message.user("Hello"),
+        Message("assistant", (RedactedThinkingBlock("opaque"),)),
+    ]
+    async with open_ctx() as ctx:
+        await model_for(server).request(make_request(messages), ctx)
+    body = server.requests[0].json
+    assert body is not None
+    blocks = [b for m in body["messages"] for b in m["content"]]
+    assert all("cache_control" not in b for b in blocks if b["type"] == "redacted_thinking")
 
 
 async def test_missing_key_is_fatal_and_says_what_to_set(

@@ -40,6 +40,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -341,6 +342,9 @@ _STREAM_ERROR_KINDS: Final[Mapping[str, tuple[str, bool, bool]]] = MappingProxyT
     }
 )
 
+# Stop reasons that may end the output in the middle of a tool call's JSON.
+_CUTTING_STOPS: Final = frozenset({"max_tokens", "model_context_window_exceeded", "refusal"})
+
 # How a 400 says that the input (with max_tokens) does not fit the model's context window.
 _TOO_LONG_SIGNS: Final = ("prompt is too long", "context window", "exceed context limit")
 
@@ -397,9 +401,13 @@ def _classify(exc: Exception) -> _Failure | None:
         elif status == 400:
             lowered = message.lower()  # one agent's input too long: it may compact, not fatal
             too_long = any(sign in lowered for sign in _TOO_LONG_SIGNS)
-            kind, retryable, fatal = (
-                ("context_exceeded", False, False) if too_long else ("invalid_request", False, True)
-            )
+            # one agent's output cap over the model's (a cut tool call retried with a doubled
+            # cap may ask for more than the model gives): that agent's error, not the tree's
+            over_cap = "max_tokens" in lowered and ("maximum" in lowered or ">" in lowered)
+            if too_long:
+                kind, retryable, fatal = "context_exceeded", False, False
+            else:
+                kind, retryable, fatal = "invalid_request", False, not over_cap
         elif status in _STATUS_KINDS:
             kind, retryable, fatal = _STATUS_KINDS[status]
         elif status >= 500:
@@ -621,9 +629,33 @@ class _Assembler:
             value = None
         if isinstance(value, dict):
             return value
-        if self.stop_reason == "max_tokens":
-            return {}  # a tool call cut by the output cap: the loop drops it and retries
+        if self.stop_reason in _CUTTING_STOPS:
+            return {}  # a tool call cut short: the loop retries, compacts or ends the agent
         raise _BadResponse(f"tool_use {partial.name!r} input is not a JSON object")
+
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+async def sse_lines(chunks: AsyncIterator[str]) -> AsyncIterator[str]:
+    """The lines of a text stream, ended by CR, LF or CRLF only, as server-sent events are.
+
+    Not ``aiter_lines()``: it splits like ``str.splitlines()``, also at U+2028, U+2029, U+0085
+    and a few control characters that JSON may carry unescaped (text a model copied from a web
+    page or a PDF), which cut a ``data:`` line in two and made every retry fail the same way.
+    """
+    buffer = ""
+    async for chunk in chunks:
+        buffer += chunk
+        start = 0
+        for m in _LINE_BREAK.finditer(buffer):
+            if m.group() == "\r" and m.end() == len(buffer):
+                break  # a CR at the end of what came: its LF may open the next chunk
+            yield buffer[start : m.start()]
+            start = m.end()
+        buffer = buffer[start:]
+    if buffer:
+        yield buffer.removesuffix("\r")
 
 
 async def _read_sse(lines: AsyncIterator[str], assembler: _Assembler) -> None:
@@ -802,7 +834,7 @@ class AnthropicModel:
         # generator finishes; and we keep the raw event dicts.
         assembler = _Assembler(ctx)
         try:
-            await _read_sse(stream.response.aiter_lines(), assembler)
+            await _read_sse(sse_lines(stream.response.aiter_text()), assembler)
         finally:
             # Closing does not wait on the peer; shield it so a cancelled call still releases
             # (rather than leaks) its connection and the client stays usable.
@@ -874,7 +906,7 @@ def _messages_with_breakpoints(messages: Sequence[Message]) -> list[dict[str, An
     for i in targets:
         content: list[dict[str, Any]] = wire[i]["content"]
         for block in reversed(content):
-            if block["type"] == "thinking":  # the API refuses cache_control on them
+            if block["type"] in ("thinking", "redacted_thinking"):  # no cache_control there
                 continue
             block["cache_control"] = dict(_EPHEMERAL)
             break
