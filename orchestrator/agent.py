@@ -130,6 +130,12 @@ class Agent:
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"Agent is immutable; build a new one (tried to set {name!r})")
 
+    def __copy__(self) -> Agent:
+        return self  # immutable: a copy would be the same definition
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Agent:
+        return self
+
     def __repr__(self) -> str:
         return f"Agent({self.name!r})"
 

@@ -161,7 +161,8 @@ class Usage:
         )
 
     def __radd__(self, other: int) -> Usage:
-        """``sum(usages)``: its start, 0, adds nothing."""
+        """``sum(usages)``: its start, 0, adds nothing. (Of no usages at all ``sum`` gives
+        that 0: write ``sum(usages, Usage())`` where the list may be empty.)"""
         if isinstance(other, int) and other == 0:
             return self
         return NotImplemented

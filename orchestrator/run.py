@@ -318,6 +318,15 @@ def run_sync(
     tool_threads: int = DEFAULT_TOOL_THREADS,
 ) -> RunResult:
     """:func:`run` under ``trio.run``, then a bounded flush of the tracer provider's spans."""
+    try:
+        trio.lowlevel.current_task()
+    except RuntimeError:
+        pass  # not inside trio: as it should be
+    else:
+        raise ConfigurationError(
+            "run_sync() was called inside trio (a trio program, a test or a tool): "
+            "use `await run(...)` there"
+        )
     result = trio.run(
         partial(
             run,

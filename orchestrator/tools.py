@@ -164,6 +164,11 @@ class Tool:
     def __repr__(self) -> str:
         return f"Tool({self.name!r})"
 
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the function itself, as code and tests may (no validation, timeout or retry:
+        that is the runtime's when the model calls it)."""
+        return self.fn(*args, **kwargs)
+
     def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """Validated keyword arguments for the function; raises pydantic's ValidationError."""
         # the validator itself (model_validate adds a Python-level call), and the instance's
@@ -380,6 +385,11 @@ def _build_args_model(
                 )
             takes_context = True
             continue
+        if annotation is inspect.Parameter.empty and pname in ("self", "cls") and i == 0:
+            raise ConfigurationError(
+                f"tool {tool_name!r} is a method: make the tool from the bound method "
+                f"(tool(instance.{tool_name})), not with @tool in the class"
+            )
         if annotation is inspect.Parameter.empty:
             raise ConfigurationError(
                 f"tool {tool_name!r}: parameter {pname!r} has no type hint; "

@@ -614,3 +614,16 @@ async def test_a_client_that_fails_to_close_is_logged_and_the_result_kept(
     result = await run(Agent("a", "x", model=PooledModel()), "go")  # type: ignore[arg-type]
     assert result.status is RunStatus.COMPLETED and result.output == "answer"
     assert "close failed" in caplog.text
+
+
+async def test_run_sync_inside_trio_says_to_await_run() -> None:
+    agent = Agent("a", "x", model=ScriptedModel([text("hi")]))
+    with pytest.raises(ConfigurationError, match="await run"):
+        run_sync(agent, "go")
+
+
+def test_copying_an_agent_gives_the_same_immutable_definition() -> None:
+    import copy
+
+    agent = Agent("a", "x", model=ScriptedModel([text("hi")]))
+    assert copy.copy(agent) is agent and copy.deepcopy({"k": agent})["k"] is agent

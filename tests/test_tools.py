@@ -1121,3 +1121,23 @@ async def test_an_idempotent_tools_exception_named_like_ours_is_still_retried(au
 
     _, res = await call_once(flaky)
     assert not res.is_error and res.content == "ok" and len(attempts) == 2
+
+
+def test_a_tool_can_still_be_called_as_the_function_it_was() -> None:
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add."""
+        return a + b
+
+    assert add(2, 3) == 5 and add.fn(2, b=3) == 5
+
+
+def test_a_tool_decorated_inside_a_class_says_to_use_the_bound_method() -> None:
+    class Store:
+        def get(self, key: str) -> str:
+            """Get a value."""
+            return key
+
+    with pytest.raises(ConfigurationError, match=r"tool\(instance\.get\)"):
+        tool(Store.get)
+    assert tool(Store().get).input_schema["properties"].keys() == {"key"}

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError
 from .base import AgentInfo, ClientPool, Model, ModelContext, ModelRequest, ModelResponse, ToolSpec
-from .scripted import FunctionModel, ScriptedModel, response, text, tool_call
+from .scripted import FunctionModel, ScriptedModel, Step, response, text, tool_call
 
 if TYPE_CHECKING:
     from .anthropic import AnthropicModel
@@ -26,6 +26,7 @@ __all__ = [
     "ModelResponse",
     "OfflineModel",
     "ScriptedModel",
+    "Step",
     "ToolSpec",
     "resolve_model",
     "response",

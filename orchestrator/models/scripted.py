@@ -18,7 +18,8 @@ from .base import ModelContext, ModelRequest, ModelResponse
 
 __all__ = ["FunctionModel", "ScriptedModel", "Step", "response", "text", "tool_call"]
 
-Step: TypeAlias = Block | Sequence[Block] | ModelResponse
+Step: TypeAlias = str | Block | Sequence[Block | str] | ModelResponse
+"""One scripted reply: text (a string), a block, a list of them, or a whole response."""
 _UNSET_ID = ""
 
 
