@@ -59,6 +59,12 @@ def _drive(coro: Generator[Any, Any, T] | Coroutine[Any, Any, T]) -> Generator[A
         trap = coro.send(None)
     except StopIteration as done:
         yield from trio.lowlevel.cancel_shielded_checkpoint()
+        # A deadline that passed, or a Ctrl-C that came, while code before this call blocked
+        # the event loop (a tool busy without an await) is only seen by the scheduler during
+        # that yield: honour it now, or the agent would go on as if nothing had happened. Only
+        # a call that never waited (a test or offline model) gets here, so no other call pays
+        # for the check; its answer is not used, and its reservation is kept as billed.
+        yield from trio.lowlevel.checkpoint_if_cancelled()
         result: T = done.value
         return result
     while True:

@@ -913,11 +913,6 @@ async def _generate(
         own.cost_usd + usage.cost_usd,
         own.requests + 1,
     )
-    if run.scope.cancel_called or trio.current_time() >= node.deadline:
-        # A deadline that passed, or a Ctrl-C that came, while code before the call blocked
-        # the event loop (a tool busy without an await) was only seen during the call's one
-        # trip through the scheduler: honour it now (the call is billed, its answer not used)
-        await trio.lowlevel.checkpoint()
     return response
 
 
