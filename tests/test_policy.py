@@ -16,6 +16,7 @@ from orchestrator import (
     PendingCall,
     Policy,
     RunStatus,
+    Tool,
     run,
     tool,
 )
@@ -39,6 +40,26 @@ def make_tools():
         return "deleted"
 
     return calls, [read_file, delete_file]
+
+
+def delete_tool(ran: list[str]) -> Tool:
+    """A ``delete`` tool that records the paths it was called with in ``ran``."""
+
+    @tool
+    async def delete(path: str) -> str:
+        """Delete a file.
+
+        Args:
+            path: Which file.
+        """
+        ran.append(path)
+        return "deleted"
+
+    return delete
+
+
+async def say_yes(call: PendingCall) -> bool:
+    return True
 
 
 async def call(name, args, *, policy=None, run_policy=None, limits=None):
@@ -268,18 +289,7 @@ async def test_a_blocking_sync_approver_does_not_hold_up_the_run_or_its_deadline
 async def test_every_approver_of_the_combined_layers_must_say_yes() -> None:
     ran: list[str] = []
 
-    @tool
-    async def delete(path: str) -> str:
-        """Delete a file.
-
-        Args:
-            path: Which file.
-        """
-        ran.append(path)
-        return "deleted"
-
-    async def yes(call: PendingCall) -> bool:
-        return True
+    delete = delete_tool(ran)
 
     async def no(call: PendingCall) -> bool:
         return False
@@ -288,7 +298,7 @@ async def test_every_approver_of_the_combined_layers_must_say_yes() -> None:
         "a",
         "Delete.",
         tools=[delete],
-        policy=Policy(approver=yes),
+        policy=Policy(approver=say_yes),
         model=ScriptedModel([tool_call("delete", {"path": "/x"}), text("done")]),
     )
     result = await run(agent, "go", policy=Policy(rules={"delete": "confirm"}, approver=no))
@@ -304,21 +314,10 @@ async def test_a_confirm_without_an_approver_is_not_answered_by_another_layers_a
     # own rules) must not approve what the run or the parent could never run
     ran: list[str] = []
 
-    @tool
-    async def delete(path: str) -> str:
-        """Delete a file.
-
-        Args:
-            path: Which file.
-        """
-        ran.append(path)
-        return "deleted"
-
-    async def yes(call: PendingCall) -> bool:
-        return True
+    delete = delete_tool(ran)
 
     strict = Policy(rules={"delete": "confirm"})
-    worker = Agent("worker", "Delete.", tools=[delete], policy=Policy(approver=yes))
+    worker = Agent("worker", "Delete.", tools=[delete], policy=Policy(approver=say_yes))
     if where == "run":
         model = ScriptedModel([tool_call("delete", {"path": "/x"}), text("done")])
         result = await run(worker.replace(model=model), "go", policy=strict)
@@ -360,21 +359,11 @@ async def test_the_runs_approver_answers_the_confirm_rules_an_agent_declares() -
 
 
 def _confirm_agent(approver: object, ran: list[str], calls: int = 2) -> Agent:
-    @tool
-    async def delete(path: str) -> str:
-        """Delete a file.
-
-        Args:
-            path: Which file.
-        """
-        ran.append(path)
-        return "deleted"
-
     step = [tool_call("delete", {"path": f"f{i}"}) for i in range(calls)]
     return Agent(
         "a",
         "Delete.",
-        tools=[delete],
+        tools=[delete_tool(ran)],
         policy=Policy(rules={"delete": "confirm"}, approver=approver),  # type: ignore[arg-type]
         model=ScriptedModel([step, text("done")]),
     )
