@@ -297,8 +297,7 @@ def _write_stdout(text: str) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
     except BrokenPipeError:
-        # later flushes (at exit too) must not raise again: stdout goes nowhere from here
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _stdout_to_devnull()  # later flushes (at exit too) must not raise again
     except (OSError, ValueError):  # closed or unusable: nothing more to do with it
         pass
 
@@ -333,7 +332,10 @@ def cmd_trace(args: argparse.Namespace) -> int:
     from . import traceview
 
     console = Console()
-    errors = Console(stderr=True)
+    # `trace show | head`: the reader has what it wanted, which is no failure (rich's own
+    # handler exits 1); the rest of the output goes nowhere
+    console.on_broken_pipe = _stdout_to_devnull  # type: ignore[method-assign]
+    errors = Console(stderr=True, soft_wrap=True)  # a message is one line, whatever the width
     runs_dir = Path(args.runs_dir)
     if args.trace_command == "list":
         return traceview.list_command(runs_dir, console)
@@ -342,6 +344,10 @@ def cmd_trace(args: argparse.Namespace) -> int:
     return traceview.export_command(
         args.run, runs_dir, args.endpoint, args.protocol, console, errors=errors
     )
+
+
+def _stdout_to_devnull() -> None:
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -14,6 +14,7 @@ from typing import TypeAlias
 import trio
 
 from .messages import Usage
+from .result import RunStatus
 
 __all__ = [
     "AgentFinished",
@@ -41,11 +42,12 @@ class AgentStarted:
 
 @dataclass(frozen=True, slots=True)
 class AgentFinished:
-    """An agent ended; ``status`` is a :class:`~orchestrator.RunStatus` value."""
+    """An agent ended with ``status`` (a :class:`~orchestrator.RunStatus`, which is also its
+    string value: ``event.status == "completed"`` holds too)."""
 
     path: str
     name: str
-    status: str
+    status: RunStatus
     error: str | None
     usage: Usage
     turns: int

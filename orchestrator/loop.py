@@ -448,7 +448,7 @@ async def run_agent(node: AgentNode, run: RunState) -> None:
                     AgentFinished(
                         node.path,
                         node.agent.name,
-                        (node.status or RunStatus.ERROR).value,
+                        node.status or RunStatus.ERROR,
                         node.error,
                         usage,
                         node.turns,

@@ -72,7 +72,7 @@ class _Board:
                 AgentFinished(
                     node.path,
                     node.agent_name,
-                    node.status.value,
+                    node.status,
                     node.error,
                     node.usage,
                     node.turns,

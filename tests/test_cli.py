@@ -784,6 +784,19 @@ def test_trace_list_piped_keeps_whole_values_and_trace_errors_go_to_stderr(work:
     bracketed = orchestrator(work, "trace", "show", "[/x]")  # not rich markup
     assert bracketed.returncode == 1 and "[/x]" in bracketed.stderr, bracketed.stderr
 
+    shown = subprocess.Popen(  # `trace show | head -1`: the reader has what it wanted
+        [sys.executable, "-m", "orchestrator.cli", "trace", "show", run_id],
+        cwd=work,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert shown.stdout is not None
+    shown.stdout.read(10)
+    shown.stdout.close()
+    _, stderr = shown.communicate(timeout=30)
+    assert shown.returncode == 0, stderr
+
 
 def test_a_reader_that_goes_away_does_not_change_the_exit_code_nor_lose_the_summary(
     work: Path,

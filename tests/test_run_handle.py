@@ -627,3 +627,16 @@ def test_copying_an_agent_gives_the_same_immutable_definition() -> None:
 
     agent = Agent("a", "x", model=ScriptedModel([text("hi")]))
     assert copy.copy(agent) is agent and copy.deepcopy({"k": agent})["k"] is agent
+
+
+async def test_agent_finished_events_carry_the_run_status() -> None:
+    from orchestrator.events import AgentFinished
+
+    agent = Agent("a", "x", model=ScriptedModel([text("hi")]))
+    finished: list[AgentFinished] = []
+    async with open_run(agent, "go") as handle:
+        async for event in handle.events:
+            if isinstance(event, AgentFinished):
+                finished.append(event)
+    (event,) = finished
+    assert event.status is RunStatus.COMPLETED and event.status == "completed"
