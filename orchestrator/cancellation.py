@@ -32,12 +32,16 @@ def is_cancellation(exc: BaseException) -> bool:
     return False
 
 
-def checkpointed(awaitable: Awaitable[T]) -> Awaitable[T]:
+def checkpointed(awaitable: Awaitable[T], cut_answers: list[Any] | None = None) -> Awaitable[T]:
     """``awaitable`` as a checkpoint: cancelled before it starts, and yielding to the scheduler
-    once afterwards if it finished without ever yielding itself."""
+    once afterwards if it finished without ever yielding itself.
+
+    A cancellation seen during that yield is raised (see :func:`_drive`); the answer it cuts
+    goes to ``cut_answers``, for the caller to bill.
+    """
     # a coroutine is driven as it is; any other awaitable through a generator wrapping it
     steps = awaitable if isinstance(awaitable, types.CoroutineType) else _steps_of(awaitable)
-    return _drive(steps)
+    return _drive(steps, cut_answers)
 
 
 def _steps_of(awaitable: Awaitable[T]) -> Generator[Any, Any, T]:
@@ -46,7 +50,9 @@ def _steps_of(awaitable: Awaitable[T]) -> Generator[Any, Any, T]:
 
 
 @types.coroutine
-def _drive(coro: Generator[Any, Any, T] | Coroutine[Any, Any, T]) -> Generator[Any, Any, T]:
+def _drive(
+    coro: Generator[Any, Any, T] | Coroutine[Any, Any, T], cut_answers: list[Any] | None
+) -> Generator[Any, Any, T]:
     try:
         # a generator-based coroutine may ``yield from`` a coroutine: no ``__await__`` wrapper
         yield from trio.lowlevel.checkpoint_if_cancelled()
@@ -59,13 +65,18 @@ def _drive(coro: Generator[Any, Any, T] | Coroutine[Any, Any, T]) -> Generator[A
         trap = coro.send(None)
     except StopIteration as done:
         yield from trio.lowlevel.cancel_shielded_checkpoint()
+        result: T = done.value
         # A deadline that passed, or a Ctrl-C that came, while code before this call blocked
         # the event loop (a tool busy without an await) is only seen by the scheduler during
         # that yield: honour it now, or the agent would go on as if nothing had happened. Only
         # a call that never waited (a test or offline model) gets here, so no other call pays
-        # for the check; its answer is not used, and its reservation is kept as billed.
-        yield from trio.lowlevel.checkpoint_if_cancelled()
-        result: T = done.value
+        # for the check; its answer is not used, but handed over to be billed.
+        try:
+            yield from trio.lowlevel.checkpoint_if_cancelled()
+        except BaseException:
+            if cut_answers is not None:
+                cut_answers.append(result)
+            raise
         return result
     while True:
         try:

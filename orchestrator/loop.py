@@ -254,6 +254,8 @@ class AgentNode:
     model_context: ModelContext | None = None
     started_calls: set[str] = field(default_factory=set)
     """Ids of tool calls whose handler started (a cut one may have had side effects)."""
+    cut_answers: list[Any] = field(default_factory=list)
+    """A model's answer a cancellation cut right after it came (to bill, not to use)."""
     assistant_turns: int = 0
     """Assistant messages in the transcript (kept as it changes; test models index by it)."""
     spawns: Any = None
@@ -886,7 +888,7 @@ async def _generate(
             ) as s:
                 response: ModelResponse | None
                 try:
-                    answered = await checkpointed(model.request(request, ctx))
+                    answered = await checkpointed(model.request(request, ctx), node.cut_answers)
                     if not isinstance(answered, ModelResponse):
                         raise TypeError(
                             f"request() returned a {type(answered).__name__}, not a ModelResponse"
@@ -901,10 +903,22 @@ async def _generate(
             node.limiters.release()
         usage = Usage() if response is None else response.usage  # CONTEXT_FULL's is zero
     finally:
+        if usage is None and node.cut_answers:  # answered, then cut before it could be used
+            cut = node.cut_answers.pop()
+            usage = cut.usage if isinstance(cut, ModelResponse) else None
+            if usage is not None:
+                _bill(node, usage)
         node.ledger.settle(reservation, usage)
     if response is None or response is CONTEXT_FULL:  # a failed call bills nothing
         return response
-    own = node.own_usage  # one request more, whatever the adapter reported as its count
+    _bill(node, usage)
+    return response
+
+
+def _bill(node: AgentNode, usage: Usage) -> None:
+    """Add one model call's usage to the agent's: one request more, whatever the adapter
+    reported as its count."""
+    own = node.own_usage
     node.own_usage = Usage(
         own.input_tokens + usage.input_tokens,
         own.output_tokens + usage.output_tokens,
@@ -913,7 +927,6 @@ async def _generate(
         own.cost_usd + usage.cost_usd,
         own.requests + 1,
     )
-    return response
 
 
 def _failed_call(node: AgentNode, run: RunState, s: Any, exc: Exception) -> ModelResponse | None:

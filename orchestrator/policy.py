@@ -23,7 +23,7 @@ import trio
 
 from .errors import ConfigurationError
 from .redact import redact
-from .tools import describe_exception
+from .tools import Tool, describe_exception
 
 __all__ = ["Approver", "Decision", "PendingCall", "Policy"]
 
@@ -90,7 +90,9 @@ class Policy:
                 raise ConfigurationError(
                     f"Policy rule for {name!r} must be 'allow', 'confirm' or 'deny', got {value!r}"
                 )
-        if self.approver is not None and not callable(self.approver):
+        if self.approver is not None and (
+            not callable(self.approver) or isinstance(self.approver, Tool)
+        ):
             raise ConfigurationError(
                 f"Policy approver must be a callable taking a PendingCall, got {self.approver!r}"
             )

@@ -108,7 +108,7 @@ class Tool:
         _allow_reserved: bool = False,
         _runtime_tool: bool = False,
     ) -> None:
-        if not callable(fn):
+        if not callable(fn) or isinstance(fn, Tool):
             raise ConfigurationError(f"@tool needs a function, got {fn!r}")
         self.fn = fn
         self.name: str = name or str(getattr(fn, "__name__", ""))
@@ -386,9 +386,10 @@ def _build_args_model(
             takes_context = True
             continue
         if annotation is inspect.Parameter.empty and pname in ("self", "cls") and i == 0:
+            method = getattr(fn, "__name__", tool_name)
             raise ConfigurationError(
                 f"tool {tool_name!r} is a method: make the tool from the bound method "
-                f"(tool(instance.{tool_name})), not with @tool in the class"
+                f"(tool(instance.{method})), not with @tool in the class"
             )
         if annotation is inspect.Parameter.empty:
             raise ConfigurationError(

@@ -142,3 +142,4 @@ async def test_a_deadline_passed_while_the_loop_was_blocked_stops_a_call_that_ne
         Agent("a", "A.", model=model, tools=[busy]), "go", limits=Limits(timeout=0.1)
     )
     assert result.status is RunStatus.TIMEOUT, result.output
+    assert result.own_usage.requests == 2  # the late answer is not used, but it is billed

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -25,6 +26,8 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from hypothesis import given
+from hypothesis import strategies as st
 from support.fake_messages_server import (
     Drop,
     DropMidStream,
@@ -567,7 +570,29 @@ def _sse(*events: tuple[str, Any]) -> bytes:
     )
 
 
-@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\x85", "\x1c", "\x0c"])
+@given(st.text(alphabet="ab\r\n\u2028", max_size=30), st.lists(st.integers(0, 30), max_size=6))
+def test_stream_lines_end_at_cr_lf_or_crlf_however_the_text_is_chunked(
+    text: str, cuts: list[int]
+) -> None:
+    from orchestrator.models.anthropic import sse_lines
+
+    bounds = [0, *sorted(c for c in cuts if c <= len(text)), len(text)]
+    chunks = [text[a:b] for a, b in itertools.pairwise(bounds)]
+
+    async def feed() -> AsyncIterator[str]:
+        for chunk in chunks:
+            yield chunk
+
+    async def collect() -> list[str]:
+        return [line async for line in sse_lines(feed())]
+
+    expected = re.split(r"\r\n|\r|\n", text)
+    if expected[-1] == "":
+        expected.pop()
+    assert trio.run(collect) == expected
+
+
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\x85"])
 async def test_characters_str_splitlines_breaks_at_are_not_line_ends_in_the_stream(
     server: FakeMessagesServer, separator: str
 ) -> None:

@@ -559,3 +559,8 @@ async def test_a_run_confirm_without_any_approver_says_that_none_is_configured()
     )
     assert calls == []
     assert res.is_error and "no approver is configured" in res.content
+
+
+def test_a_tool_is_not_an_approver() -> None:
+    with pytest.raises(ConfigurationError, match="approver"):
+        Policy(approver=delete_tool([]))  # type: ignore[arg-type]

@@ -1139,5 +1139,10 @@ def test_a_tool_decorated_inside_a_class_says_to_use_the_bound_method() -> None:
             return key
 
     with pytest.raises(ConfigurationError, match=r"tool\(instance\.get\)"):
-        tool(Store.get)
+        tool(name="fetch")(Store.get)
     assert tool(Store().get).input_schema["properties"].keys() == {"key"}
+
+
+def test_a_tool_is_not_made_a_tool_again() -> None:
+    with pytest.raises(ConfigurationError, match="needs a function"):
+        tool(search)

@@ -342,6 +342,12 @@ _STREAM_ERROR_KINDS: Final[Mapping[str, tuple[str, bool, bool]]] = MappingProxyT
     }
 )
 
+# How a 400 says an output cap is over the model's ("max_tokens: 40000 > 32000, which is the
+# maximum allowed number of output tokens for ...").
+_OVER_CAP: Final = re.compile(
+    r"max_tokens:\s*\d+\s*>\s*\d+|maximum allowed number of output tokens"
+)
+
 # Stop reasons that may end the output in the middle of a tool call's JSON.
 _CUTTING_STOPS: Final = frozenset({"max_tokens", "model_context_window_exceeded", "refusal"})
 
@@ -403,7 +409,7 @@ def _classify(exc: Exception) -> _Failure | None:
             too_long = any(sign in lowered for sign in _TOO_LONG_SIGNS)
             # one agent's output cap over the model's (a cut tool call retried with a doubled
             # cap may ask for more than the model gives): that agent's error, not the tree's
-            over_cap = "max_tokens" in lowered and ("maximum" in lowered or ">" in lowered)
+            over_cap = bool(_OVER_CAP.search(lowered))
             if too_long:
                 kind, retryable, fatal = "context_exceeded", False, False
             else:
@@ -640,22 +646,31 @@ _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 async def sse_lines(chunks: AsyncIterator[str]) -> AsyncIterator[str]:
     """The lines of a text stream, ended by CR, LF or CRLF only, as server-sent events are.
 
-    Not ``aiter_lines()``: it splits like ``str.splitlines()``, also at U+2028, U+2029, U+0085
-    and a few control characters that JSON may carry unescaped (text a model copied from a web
-    page or a PDF), which cut a ``data:`` line in two and made every retry fail the same way.
+    Not ``aiter_lines()``: it splits like ``str.splitlines()``, also at U+2028, U+2029 and
+    U+0085, which JSON carries unescaped (text a model copied from a web page or a PDF): a
+    ``data:`` line was cut in two and every retry failed the same way. Each chunk is scanned
+    once, so a long line costs what it is long.
     """
-    buffer = ""
+    pieces: list[str] = []  # of the line not ended yet
+    after_cr = False  # the last chunk ended with CR: a LF opening the next one is part of it
     async for chunk in chunks:
-        buffer += chunk
-        start = 0
-        for m in _LINE_BREAK.finditer(buffer):
-            if m.group() == "\r" and m.end() == len(buffer):
-                break  # a CR at the end of what came: its LF may open the next chunk
-            yield buffer[start : m.start()]
-            start = m.end()
-        buffer = buffer[start:]
-    if buffer:
-        yield buffer.removesuffix("\r")
+        if after_cr and chunk[:1] == "\n":
+            chunk, after_cr = chunk[1:], False
+        if not chunk:
+            continue
+        after_cr = chunk.endswith("\r")
+        parts = _LINE_BREAK.split(chunk)
+        if len(parts) == 1:
+            pieces.append(chunk)
+            continue
+        pieces.append(parts[0])
+        yield "".join(pieces)
+        for line in parts[1:-1]:
+            yield line
+        pieces = [parts[-1]]
+    line = "".join(pieces)
+    if line:
+        yield line
 
 
 async def _read_sse(lines: AsyncIterator[str], assembler: _Assembler) -> None:

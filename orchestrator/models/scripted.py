@@ -116,7 +116,10 @@ class ScriptedModel:
     provider = "scripted"
 
     def __init__(
-        self, steps: Sequence[Step] | Mapping[str, Sequence[Step]], *, name: str = "scripted"
+        self,
+        steps: list[Step] | tuple[Step, ...] | Mapping[str, list[Step] | tuple[Step, ...]],
+        *,
+        name: str = "scripted",
     ) -> None:
         if isinstance(steps, Mapping):
             for agent_name, agent_steps in steps.items():
