@@ -78,19 +78,20 @@ def load_agent(target: str) -> Agent:
     # (``from __future__ import annotations``) through sys.modules
     sys.modules[module_name] = module
     sys.path.insert(0, str(path.resolve().parent))
+    loaded = False
     try:
         spec.loader.exec_module(module)
+        loaded = True
     except ConfigurationError as exc:
-        sys.modules.pop(module_name, None)
         raise UsageError(f"{path}: {exc}") from None
     except Exception as exc:
-        sys.modules.pop(module_name, None)
         raise UsageError(f"{path} failed to import: {type(exc).__name__}: {exc}") from None
     except SystemExit as exc:
-        sys.modules.pop(module_name, None)
         raise UsageError(f"{path} called sys.exit({exc.code!r}) while being imported") from None
     finally:
         sys.path.pop(0)
+        if not loaded:  # a file that failed to load leaves no module behind
+            sys.modules.pop(module_name, None)
     if not hasattr(module, name):
         agents = [k for k, v in vars(module).items() if isinstance(v, Agent)]
         raise UsageError(

@@ -27,6 +27,7 @@ __all__ = [
     "ToolUseBlock",
     "Usage",
     "block_from_wire",
+    "is_blank",
     "is_text",
     "message_from_wire",
     "text_of",
@@ -274,9 +275,7 @@ def transcript_problem(messages: Sequence[Message]) -> str | None:
             return f"message {i} is empty; the API refuses messages without content"
     if messages[0].role != "user":
         return "the first message must be the user's"
-    if all(
-        isinstance(b, TextBlock) and (not b.text or b.text.isspace()) for b in messages[0].content
-    ):
+    if all(isinstance(b, TextBlock) and is_blank(b.text) for b in messages[0].content):
         # blank text is left out of requests: the request would start with the assistant's
         return "the first message is blank; it must be the user's"
     pending: list[str] = []
@@ -300,6 +299,11 @@ def transcript_problem(messages: Sequence[Message]) -> str | None:
 def canonical_json(value: Any) -> str:
     """Deterministic JSON (sorted keys, no spaces): for comparing and hashing tool inputs."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def is_blank(text: str) -> bool:
+    """Empty or only whitespace: text the Messages API refuses in a text block (a 400)."""
+    return not text or text.isspace()
 
 
 def is_text(value: str) -> bool:

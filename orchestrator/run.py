@@ -27,7 +27,7 @@ from .errors import ConfigurationError
 from .events import Event, EventSink
 from .limits import Limits
 from .loop import AgentNode, RunState, run_agent
-from .messages import Message, transcript_problem
+from .messages import Message, is_blank, transcript_problem
 from .models import resolve_model
 from .models.base import ClientPool, Model
 from .policy import Policy
@@ -217,17 +217,15 @@ def _prepare(
     tool_threads: int,
     clients: ClientPool,
 ) -> tuple[RunState, AgentNode]:
-    try:
-        trio.lowlevel.current_task()
-    except RuntimeError:  # asyncio's loop, or no loop at all
+    if not _in_trio():  # asyncio's loop, or no loop at all
         raise ConfigurationError(
             "orchestrator runs under trio: call run() from trio.run(...), or use run_sync()"
-        ) from None
+        )
     if not isinstance(agent, Agent):
         raise ConfigurationError(f"run() needs an Agent, got {type(agent).__name__}")
     if not isinstance(prompt, str):
         raise ConfigurationError("the prompt must be a string")
-    if not prompt.strip():
+    if is_blank(prompt):
         raise ConfigurationError("the prompt is empty: give the root agent a task")
     if limits is not None and not isinstance(limits, Limits):
         raise ConfigurationError(f"limits must be a Limits, got {limits!r}")
@@ -318,11 +316,7 @@ def run_sync(
     tool_threads: int = DEFAULT_TOOL_THREADS,
 ) -> RunResult:
     """:func:`run` under ``trio.run``, then a bounded flush of the tracer provider's spans."""
-    try:
-        trio.lowlevel.current_task()
-    except RuntimeError:
-        pass  # not inside trio: as it should be
-    else:
+    if _in_trio():
         raise ConfigurationError(
             "run_sync() was called inside trio (a trio program, a test or a tool): "
             "use `await run(...)` there"
@@ -345,3 +339,12 @@ def run_sync(
     )
     flush_tracer_provider(tracer_provider, timeout=2.0)
     return result
+
+
+def _in_trio() -> bool:
+    """Whether this code runs in a trio task."""
+    try:
+        trio.lowlevel.current_task()
+    except RuntimeError:
+        return False
+    return True

@@ -26,7 +26,7 @@ from .context import ContextPolicy
 from .errors import ConfigurationError, ToolError
 from .limits import DEFAULT_LIMITS, Ledger, Limits, Slots, tree_wide_limits
 from .loop import AgentNode, Limiters, Quota, RunState, make_runtime, run_agent
-from .messages import Message, TextBlock, ToolUseBlock, text_of
+from .messages import Message, TextBlock, ToolUseBlock, is_blank, text_of
 from .models.base import Model
 from .policy import Policy
 from .result import RunStatus
@@ -197,7 +197,7 @@ def _starts(run: RunState, parent: AgentNode, call: ToolUseBlock) -> bool:
         arguments = spawn_tool.validate(call.input)
     except pydantic.ValidationError:
         return False
-    if not arguments["task"].strip():
+    if is_blank(arguments["task"]):
         return False
     requested = arguments["tools"]
     if requested is None:
@@ -219,7 +219,7 @@ def make_child(
 ) -> AgentNode:
     """A child node under ``parent`` for the spawn call ``key`` (the parent's turn, the call's
     position in that turn's reply); raises ToolError for a refused spawn (nothing started)."""
-    if not task.strip():  # the Messages API refuses a blank first message with a fatal 400
+    if is_blank(task):  # the Messages API refuses a blank first message with a fatal 400
         raise ToolError(
             f"the task for {agent.name!r} is empty: a subagent sees nothing but its task, "
             "so put everything it needs in `task`"

@@ -32,7 +32,7 @@ import trio
 
 from .cancellation import is_cancellation
 from .errors import ConfigurationError, ToolError
-from .messages import ToolResultBlock, ToolUseBlock, canonical_json, well_formed
+from .messages import ToolResultBlock, ToolUseBlock, canonical_json, is_blank, well_formed
 from .models.base import ToolSpec
 from .redact import redact
 
@@ -421,7 +421,8 @@ def _build_args_model(
 def to_content(value: Any) -> str:
     """A tool's return value as the text the model reads."""
     if isinstance(value, str):
-        return value if value and not value.isspace() else NO_OUTPUT  # the API may refuse it
+        # the API may refuse a blank result (is_blank, inline: every result passes here)
+        return NO_OUTPUT if not value or value.isspace() else value
     if value is None:
         return NO_OUTPUT
     if isinstance(value, pydantic.BaseModel):
@@ -496,7 +497,7 @@ def error_result(
     """An ``is_error`` result (redacted with the run's secret snapshot, see ``RUN_SECRETS``),
     capped like any result: an exception quoting a whole HTTP body, or a long list of bad
     arguments, must not fill the context window. ``kind`` is its ``error_type``."""
-    if not message.strip():  # the API refuses an empty is_error result (a fatal 400)
+    if is_blank(message):  # the API refuses an empty is_error result (a fatal 400)
         message = "the call failed without an error message"
     return ToolResultBlock(call_id, cap(redact(well_formed(message)), limit), True, kind)
 

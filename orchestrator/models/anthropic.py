@@ -59,6 +59,7 @@ from ..messages import (
     ThinkingBlock,
     ToolUseBlock,
     Usage,
+    is_blank,
     message_to_wire,
 )
 from ..redact import REDACTED, redact
@@ -886,13 +887,9 @@ class AnthropicModel:
         return ModelError(message, fatal=failure.fatal, kind=failure.kind)
 
 
-def _shown(text: str) -> bool:
-    return bool(text) and not text.isspace()
-
-
 def _has_blank_text(message: Message) -> bool:
     for block in message.content:  # noqa: SIM110 - no generator: runs for every message of a call
-        if isinstance(block, TextBlock) and not _shown(block.text):
+        if isinstance(block, TextBlock) and is_blank(block.text):
             return True
     return False
 
@@ -910,7 +907,7 @@ def _messages_with_breakpoints(messages: Sequence[Message]) -> list[dict[str, An
         message = message_to_wire(m)
         if _has_blank_text(m):
             message["content"] = [
-                b for b in message["content"] if b["type"] != "text" or _shown(b["text"])
+                b for b in message["content"] if b["type"] != "text" or not is_blank(b["text"])
             ]
             if not message["content"]:
                 continue
