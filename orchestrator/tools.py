@@ -81,6 +81,7 @@ class Tool:
     """
 
     __slots__ = (
+        "_plain_fields",
         "_spec",
         "_validator",
         "args_model",
@@ -153,6 +154,7 @@ class Tool:
         self.input_schema: dict[str, Any] = schema
         self._spec = ToolSpec(self.name, self.description, self.input_schema)
         self._validator = self.args_model.__pydantic_validator__
+        self._plain_fields = _plain_fields(self.args_model)
         self.spec_chars = len(self.name) + len(self.description) + len(canonical_json(schema))
         """The tool's size in the prompt, for input estimates."""
 
@@ -171,6 +173,27 @@ class Tool:
 
     def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """Validated keyword arguments for the function; raises pydantic's ValidationError."""
+        plain = self._plain_fields
+        if plain is not None and type(arguments) is dict:
+            # Arguments that are already exactly what every field declares (the common case
+            # for str/int/float/bool parameters) are what pydantic would return: no need to
+            # build its model instance. Anything else (a conversion, an error) goes to it.
+            kwargs: dict[str, Any] = {}
+            given = 0
+            for name, kind, default in plain:
+                if name in arguments:
+                    value = arguments[name]
+                    if type(value) is not kind:
+                        break
+                    kwargs[name] = value
+                    given += 1
+                elif default is _REQUIRED:
+                    break
+                else:
+                    kwargs[name] = default
+            else:
+                if given == len(arguments):  # no extra keys (the model forbids them)
+                    return kwargs
         # the validator itself (model_validate adds a Python-level call), and the instance's
         # __dict__, which holds exactly the declared fields
         return dict(self._validator.validate_python(arguments).__dict__)
@@ -416,6 +439,39 @@ def _build_args_model(
             "itself, so they would never reach the function"
         )
     return takes_context, typing.cast(type[pydantic.BaseModel], model), schema
+
+
+_REQUIRED = object()
+_PLAIN_TYPES = (str, int, float, bool)
+_PLAIN_DEFAULTS = (str, int, float, bool, type(None))
+
+
+def _plain_fields(model: type[pydantic.BaseModel]) -> tuple[tuple[str, type, Any], ...] | None:
+    """``(name, type, default)`` of each field if every one is a bare ``str``, ``int``,
+    ``float`` or ``bool`` with no constraint, alias or mutable default; else ``None``.
+
+    For such fields a value of exactly the declared type passes pydantic unchanged, and a
+    missing one takes its default as it is (pydantic does not validate defaults), which is what
+    :meth:`Tool.validate`'s fast path relies on.
+    """
+    plain: list[tuple[str, type, Any]] = []
+    for name, info in model.model_fields.items():
+        if (
+            info.annotation not in _PLAIN_TYPES
+            or info.metadata
+            or info.alias is not None
+            or info.validation_alias is not None
+            or info.default_factory is not None
+        ):
+            return None
+        if info.is_required():
+            default: Any = _REQUIRED
+        elif type(info.default) in _PLAIN_DEFAULTS:
+            default = info.default
+        else:
+            return None
+        plain.append((name, typing.cast(type, info.annotation), default))
+    return tuple(plain)
 
 
 def to_content(value: Any) -> str:

@@ -12,6 +12,8 @@ from typing import Annotated
 import pydantic
 import pytest
 import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from orchestrator import (
     Agent,
@@ -290,6 +292,86 @@ async def test_an_unexpected_argument_is_rejected_not_silently_dropped():
     assert calls == []
     assert res.is_error
     assert "mood" in res.content
+
+
+@tool
+def _all_plain(name: str, count: int, ratio: float = 0.5, loud: bool = False) -> None:
+    """A tool whose parameters are all bare str/int/float/bool: validated without pydantic."""
+
+
+_ANY_VALUE = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**80), max_value=2**80),
+    st.floats(allow_nan=False),
+    st.text(max_size=5),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=2), st.integers(), max_size=2),
+)
+_EXACT = {"name": st.text(max_size=5), "count": st.integers(), "ratio": st.floats()}
+_EXACT["loud"] = st.booleans()
+_NEAR_MISS = {  # what pydantic converts: bool for int, int for float, 0/1 and "yes" for bool...
+    "name": st.just(b"x"),
+    "count": st.one_of(st.booleans(), st.floats(), st.just("7")),
+    "ratio": st.one_of(st.integers(), st.booleans(), st.just("1.5")),
+    "loud": st.one_of(st.integers(0, 1), st.sampled_from(["yes", "no", "true", "0"])),
+}
+
+
+@st.composite
+def _arguments(draw: st.DrawFn) -> dict[str, object]:
+    arguments = {}
+    for name, exact in _EXACT.items():
+        kind = draw(st.sampled_from(["exact", "exact", "exact", "near miss", "other", "absent"]))
+        if kind == "exact":
+            arguments[name] = draw(exact)
+        elif kind == "near miss":
+            arguments[name] = draw(_NEAR_MISS[name])
+        elif kind == "other":
+            arguments[name] = draw(_ANY_VALUE)
+    if draw(st.integers(0, 4)) == 0:
+        arguments["extra"] = draw(_ANY_VALUE)
+    return arguments
+
+
+@settings(max_examples=300, deadline=None)
+@given(_arguments())
+def test_validation_gives_what_pydantic_gives_for_any_arguments(arguments):
+    # the fast path for plain parameters must be invisible: same values, same types, same
+    # failures as pydantic's own validation of the arguments model
+    assert _all_plain._plain_fields is not None
+    try:
+        expected = dict(_all_plain.args_model.model_validate(arguments).__dict__)
+    except pydantic.ValidationError:
+        with pytest.raises(pydantic.ValidationError):
+            _all_plain.validate(arguments)
+        return
+    got = _all_plain.validate(arguments)
+    assert got == expected
+    assert list(got) == list(expected)
+    assert [type(v) for v in got.values()] == [type(v) for v in expected.values()]
+
+
+def test_constrained_or_aliased_parameters_are_always_validated_by_pydantic():
+    @tool
+    def bounded(n: Annotated[int, pydantic.Field(ge=0)]) -> int:
+        """Bounded."""
+        return n
+
+    @tool
+    def listed(names: list[str]) -> int:
+        """Listed."""
+        return len(names)
+
+    @tool
+    def optional(note: str | None = None) -> str:
+        """Optional."""
+        return note or ""
+
+    assert bounded._plain_fields is None and listed._plain_fields is None
+    assert optional._plain_fields is None
+    with pytest.raises(pydantic.ValidationError):
+        bounded.validate({"n": -1})
 
 
 async def test_valid_arguments_reach_the_handler_coerced_to_their_types():
