@@ -153,6 +153,15 @@ class RunState:
     """Record message content on spans (read once per run from the GenAI capture variable)."""
     secrets: tuple[str, ...] = ()
     """Secret values to redact, snapshotted from the environment when the run starts."""
+    cut_answers: list[Any] = field(default_factory=list)
+    """A model's answer a cancellation cut right after it came (to bill, not to use). One list
+    for the run: the agent whose call was cut takes it back before any other agent can run
+    (nothing between the cut and that agent's billing waits)."""
+    model_context: ModelContext = field(init=False)
+    """What every model call of a run without event subscribers gets: the clients only."""
+
+    def __post_init__(self) -> None:
+        self.model_context = ModelContext(self.clients)
 
     def fail(self, reason: str) -> None:
         """End the whole run with ``error``: a fatal provider error no agent can get past."""
@@ -254,8 +263,6 @@ class AgentNode:
     model_context: ModelContext | None = None
     started_calls: set[str] = field(default_factory=set)
     """Ids of tool calls whose handler started (a cut one may have had side effects)."""
-    cut_answers: list[Any] = field(default_factory=list)
-    """A model's answer a cancellation cut right after it came (to bill, not to use)."""
     assistant_turns: int = 0
     """Assistant messages in the transcript (kept as it changes; test models index by it)."""
     spawns: Any = None
@@ -473,8 +480,9 @@ class _LoopState:
     error_turns: int = 0
     context_retry: bool = False
     compacted_since_last_turn: bool = False
-    cut_text: list[str] = field(default_factory=list)
-    """Pieces of an answer cut by ``max_tokens`` or paused, joined when it completes."""
+    cut_text: tuple[str, ...] = ()
+    """Pieces of an answer cut by ``max_tokens`` or paused, joined when it completes (a tuple:
+    most agents never have one, and the empty tuple is shared)."""
 
 
 async def _loop(node: AgentNode, run: RunState) -> None:
@@ -644,12 +652,12 @@ def _parse_step(node: AgentNode, state: _LoopState, response: ModelResponse) -> 
         return []
     if stop == "max_tokens":
         if response.content:  # nothing to continue from an empty reply: just ask again
-            state.cut_text.append(text_of(response.content))
+            state.cut_text = (*state.cut_text, text_of(response.content))
             node.append(Message.user(CONTINUE_PROMPT))
         _check_turns(node, state, "while continuing a cut reply")
         return []
     if stop == "pause_turn" and not calls:  # send the transcript back as it is
-        state.cut_text.append(text_of(response.content))  # the answer goes on in the next reply
+        state.cut_text = (*state.cut_text, text_of(response.content))  # it goes on next reply
         _check_turns(node, state, "during pause_turn")
         return []
     if not calls:
@@ -666,7 +674,7 @@ def _parse_step(node: AgentNode, state: _LoopState, response: ModelResponse) -> 
         return []
     if not _check_turns(node, state, "without a final answer"):
         return []
-    state.cut_text.clear()
+    state.cut_text = ()
     state.context_retry = False
     return calls
 
@@ -807,7 +815,7 @@ async def _compact(
             return False
         before = node.estimate()
         node.replace_messages(compacted_transcript(node.task, summary))
-        state.cut_text.clear()  # a cut answer's pieces are in the summary now, if anywhere
+        state.cut_text = ()  # a cut answer's pieces are in the summary now, if anywhere
         if s.is_recording():
             s.set_attributes(
                 {
@@ -888,7 +896,7 @@ async def _generate(
             ) as s:
                 response: ModelResponse | None
                 try:
-                    answered = await checkpointed(model.request(request, ctx), node.cut_answers)
+                    answered = await checkpointed(model.request(request, ctx), run.cut_answers)
                     if not isinstance(answered, ModelResponse):
                         raise TypeError(
                             f"request() returned a {type(answered).__name__}, not a ModelResponse"
@@ -903,8 +911,8 @@ async def _generate(
             node.limiters.release()
         usage = Usage() if response is None else response.usage  # CONTEXT_FULL's is zero
     finally:
-        if usage is None and node.cut_answers:  # answered, then cut before it could be used
-            cut = node.cut_answers.pop()
+        if usage is None and run.cut_answers:  # answered, then cut before it could be used
+            cut = run.cut_answers.pop()
             usage = cut.usage if isinstance(cut, ModelResponse) else None
             if usage is not None:
                 _bill(node, usage)
@@ -949,7 +957,7 @@ def _failed_call(node: AgentNode, run: RunState, s: Any, exc: Exception) -> Mode
 def _model_context(run: RunState, node: AgentNode) -> ModelContext:
     """What a model call may use: the run's clients, and hooks publishing streamed progress."""
     if not run.events.enabled:
-        return ModelContext(run.clients)
+        return run.model_context
     path = node.path
 
     def text_delta(text: str) -> None:
