@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from .context import ContextPolicy
 from .errors import ConfigurationError
@@ -21,6 +21,22 @@ from .policy import Policy
 from .tools import Tool, tool
 
 __all__ = ["Agent", "AgentTree"]
+
+
+class AgentChanges(TypedDict, total=False):
+    """The fields :meth:`Agent.replace` may change (each as ``Agent(...)`` takes it)."""
+
+    name: str
+    instructions: str
+    description: str
+    model: Model | str | None
+    tools: Iterable[Tool | Callable[..., Any]] | None
+    subagents: Sequence[Agent | str]
+    limits: Limits | None
+    policy: Policy | None
+    max_output_tokens: int
+    context: ContextPolicy | None
+
 
 _AGENT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")  # fullmatch ("$" allows "x\n")
 
@@ -139,8 +155,14 @@ class Agent:
     def __repr__(self) -> str:
         return f"Agent({self.name!r})"
 
-    def replace(self, **changes: Any) -> Agent:
+    def replace(self, **changes: Unpack[AgentChanges]) -> Agent:
         """A copy with some fields changed (``Agent`` itself is immutable)."""
+        unknown = sorted(set(changes) - set(AgentChanges.__annotations__))
+        if unknown:
+            raise ConfigurationError(
+                f"Agent.replace: no field(s) {unknown}; an agent has "
+                f"{', '.join(AgentChanges.__annotations__)}"
+            )
         fields: dict[str, Any] = {
             "description": self.description,
             "model": self.model,

@@ -495,6 +495,7 @@ async def test_bad_run_options_are_a_configuration_error_before_any_call(
         (lambda: Agent("a", "x", subagents="researcher"), "subagents must be a list"),
         (lambda: Agent("a", "x", description=5), "description must be a string"),
         (lambda: Policy(rules=["search"]), "rules must map"),
+        (lambda: Agent("a", "x").replace(instruction="y"), r"no field\(s\) \['instruction'\]"),
     ],
 )
 def test_a_definition_with_a_value_of_the_wrong_kind_is_a_configuration_error(
@@ -502,6 +503,18 @@ def test_a_definition_with_a_value_of_the_wrong_kind_is_a_configuration_error(
 ) -> None:
     with pytest.raises(ConfigurationError, match=problem):
         make()
+
+
+def test_replace_changes_only_the_fields_it_is_given() -> None:
+    agent = Agent("a", "x", description="d", max_output_tokens=100)
+    copy = agent.replace(instructions="y", max_output_tokens=200)
+    assert (copy.name, copy.instructions, copy.description, copy.max_output_tokens) == (
+        "a",
+        "y",
+        "d",
+        200,
+    )
+    assert (agent.instructions, agent.max_output_tokens) == ("x", 100)
 
 
 async def test_an_unbounded_event_buffer_and_an_agent_without_description_are_accepted() -> None:
