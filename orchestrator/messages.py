@@ -84,7 +84,7 @@ class ToolResultBlock:
 
     ``error_type`` says why a failed call failed, for traces (``error.type``) and programs,
     without its text: ``timeout``, ``invalid_arguments``, ``refused`` (the policy or an unknown
-    tool), ``ToolError``, an exception's class name, ... It is not sent to the model, is left
+    tool), ``ToolError``, an exception's class (``KeyError``, ``httpx.ReadTimeout``), ... It is not sent to the model, is left
     out of equality, and is not part of the wire form (a history read back from JSON has none).
     """
 

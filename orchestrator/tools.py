@@ -738,5 +738,15 @@ def _raised(t: Tool, exc: BaseException) -> _Failed:
     return _Failed(
         f"tool {t.name!r} raised {describe_exception(exc)}. "
         "Check the arguments, or try a different approach.",
-        type(exc).__qualname__,
+        exception_type(exc),
     )
+
+
+def exception_type(exc: BaseException) -> str:
+    """The exception's class as OpenTelemetry's ``error.type`` wants it: a built-in by its
+    name (``KeyError``), any other with its module (``httpx.ReadTimeout``), so another
+    library's ``ToolError`` is not taken for ours."""
+    cls = type(exc)
+    if cls.__module__ == "builtins":
+        return cls.__qualname__
+    return f"{cls.__module__}.{cls.__qualname__}"

@@ -1144,6 +1144,22 @@ def test_tool_rejects_something_that_is_not_a_function():
         tool(42)  # type: ignore[call-overload]
 
 
+async def test_another_librarys_exception_is_typed_with_its_module_so_it_is_not_taken_for_ours():
+    # a client library's own "ToolError" must not read as the tool's deliberate ToolError
+    ForeignToolError = type("ToolError", (Exception,), {"__module__": "somelib.errors"})
+
+    @tool
+    async def client() -> str:
+        """Call a library that fails."""
+        raise ForeignToolError("backend down")
+
+    model = ScriptedModel([[tool_call("client", {})], text("done")])
+    result = await run(Agent("w", "x", model=model, tools=[client]), "go")
+    (failed,) = results_of(result)
+    assert failed.is_error and failed.error_type == "somelib.errors.ToolError"
+    assert "ToolError: backend down" in failed.content
+
+
 async def test_a_failed_calls_error_type_names_the_kind_of_failure(autojump_clock):
     @tool
     async def slow() -> str:
