@@ -13,6 +13,7 @@ Exit codes: 0 completed; 1 error; 2 bad usage or input (file, name, tree); 3 max
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -22,7 +23,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 import trio
 
@@ -351,6 +352,37 @@ def _stdout_to_devnull() -> None:
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
+class _Diagnostics:
+    """``sys.stderr`` while the CLI runs: progress, notices and the summary are diagnostics,
+    so a stderr that fails (``2>&1 >out | head -1``: its reader went away; ``2>&-``: closed)
+    silences them instead of raising in the middle of the run, which would cancel it."""
+
+    def __init__(self, stream: TextIO | None) -> None:
+        self._stream: TextIO = stream if stream is not None else open(os.devnull, "w")  # noqa: SIM115
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except (OSError, ValueError):
+            self._silence()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except (OSError, ValueError):
+            self._silence()
+
+    def _silence(self) -> None:
+        # the fd too: the interpreter flushes it again at exit (exit code 120 if that fails)
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+        self._stream = open(os.devnull, "w")  # noqa: SIM115
+
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding, ... as the stream's
+        return getattr(self._stream, name)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="orchestrator", description=__doc__.split("\n\n")[0] if __doc__ else None
@@ -410,11 +442,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``orchestrator`` console script."""
     args = build_parser().parse_args(argv)
+    stderr = sys.stderr
+    sys.stderr = cast(TextIO, _Diagnostics(stderr))
     try:
         code: int = args.func(args)
     except UsageError as exc:
         sys.stderr.write(f"orchestrator: {exc}\n")
         return EXIT_USAGE
+    finally:
+        sys.stderr = stderr
     return code
 
 

@@ -817,6 +817,29 @@ def test_a_reader_that_goes_away_does_not_change_the_exit_code_nor_lose_the_summ
     assert "Traceback" not in stderr and "status=completed" in stderr
 
 
+def test_a_stderr_whose_reader_went_away_or_that_is_closed_loses_diagnostics_not_the_run(
+    work: Path,
+) -> None:
+    # `orchestrator run ... 2>&1 >answer.txt | head -1`: progress lines met a broken pipe and
+    # the error cancelled the tree; `2>&-` (no stderr at all) crashed before the run
+    for closed in (False, True):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", "run", "agents.py:team", "Rest"],
+            cwd=work,
+            env=cli_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL if closed else subprocess.PIPE,
+            text=True,
+            preexec_fn=(lambda: os.close(2)) if closed else None,
+        )
+        if proc.stderr is not None:
+            proc.stderr.close()  # the reader went away before the first line
+        stdout, _ = proc.communicate(timeout=30)
+        assert proc.returncode == 0, (closed, stdout)
+        assert stdout.strip(), closed  # the answer
+
+
 # --------------------------------------------------------------------------------------------
 # Review fixes: model validation in --dry-run, tracing settings, --override-model.
 
