@@ -252,6 +252,23 @@ def message_to_wire(message: Message) -> dict[str, Any]:
     return {"role": message.role, "content": [to_wire(b) for b in message.content]}
 
 
+def _text_in(block: Block) -> str:
+    """The text a block sends (a tool call's arguments as JSON), to check it is Unicode."""
+    if isinstance(block, TextBlock):
+        return block.text
+    if isinstance(block, ToolResultBlock):
+        return block.content
+    if isinstance(block, ThinkingBlock):
+        return block.thinking + block.signature
+    if isinstance(block, ToolUseBlock):
+        try:
+            arguments = json.dumps(block.input, ensure_ascii=False, default=str)
+        except (TypeError, ValueError):  # not JSON at all: the adapter will say so
+            arguments = ""
+        return block.id + block.name + arguments
+    return block.data
+
+
 def transcript_problem(messages: Sequence[Message]) -> str | None:
     """What makes ``messages`` unfit to continue from, or ``None``.
 
@@ -273,6 +290,12 @@ def transcript_problem(messages: Sequence[Message]) -> str | None:
             return f"message {i}'s content is not a tuple of content blocks"
         if not message.content:
             return f"message {i} is empty; the API refuses messages without content"
+        for block in message.content:
+            if not is_text(_text_in(block)):
+                return (
+                    f"message {i} holds a lone surrogate (text that is not Unicode: a bad \\u "
+                    "escape, bytes decoded with surrogateescape); no request can carry it"
+                )
     if messages[0].role != "user":
         return "the first message must be the user's"
     if all(isinstance(b, TextBlock) and is_blank(b.text) for b in messages[0].content):

@@ -27,7 +27,7 @@ from .errors import ConfigurationError
 from .events import Event, EventSink
 from .limits import Limits
 from .loop import AgentNode, RunState, run_agent
-from .messages import Message, is_blank, transcript_problem
+from .messages import Message, is_blank, transcript_problem, well_formed
 from .models import resolve_model
 from .models.base import ClientPool, Model
 from .policy import Policy
@@ -227,6 +227,9 @@ def _prepare(
         raise ConfigurationError("the prompt must be a string")
     if is_blank(prompt):
         raise ConfigurationError("the prompt is empty: give the root agent a task")
+    # a lone surrogate (argv bytes that are not UTF-8, a bad \u escape) cannot go into an
+    # HTTP body: the first model call would fail; U+FFFD in its place, as in tool results
+    prompt = well_formed(prompt)
     if limits is not None and not isinstance(limits, Limits):
         raise ConfigurationError(f"limits must be a Limits, got {limits!r}")
     if policy is not None and not isinstance(policy, Policy):

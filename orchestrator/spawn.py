@@ -26,7 +26,7 @@ from .context import ContextPolicy
 from .errors import ConfigurationError, ToolError
 from .limits import DEFAULT_LIMITS, Ledger, Limits, Slots, tree_wide_limits
 from .loop import AgentNode, Limiters, Quota, RunState, make_runtime, run_agent
-from .messages import Message, TextBlock, ToolUseBlock, is_blank, text_of
+from .messages import Message, TextBlock, ToolUseBlock, is_blank, text_of, well_formed
 from .models.base import Model
 from .policy import Policy
 from .result import RunStatus
@@ -285,7 +285,7 @@ def make_child(
         parent=parent,
     )
     _add_spawn_tool(child, run)
-    child.append(Message.user(task))
+    child.append(Message.user(well_formed(task)))  # the HTTP body cannot take a lone surrogate
     parent.children.append((key, child))
     book.granted.discard(position)  # used (until here, the step's end would give it back)
     book.started_in_turn[turn] = book.started_in_turn.get(turn, 0) + 1

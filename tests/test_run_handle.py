@@ -350,6 +350,32 @@ async def test_message_history_is_prepended_to_the_transcript(valid_transcript):
     valid_transcript(result.messages)
 
 
+async def test_a_prompt_or_task_holding_a_lone_surrogate_reaches_the_model_as_unicode():
+    # argv bytes that are not UTF-8 arrive as lone surrogates, which no HTTP body can carry:
+    # the first real model call failed ("surrogates not allowed") while the offline one passed
+    seen: list[str] = []
+
+    def fn(request):
+        seen.append(request.messages[0].text)
+        if request.agent.depth == 0 and len(request.messages) == 1:
+            return tool_call("spawn_subagent", {"agent": "worker", "task": "t\udce9che"})
+        return text("done")
+
+    worker = Agent("worker", "Work.", description="works")
+    root = Agent("root", "Lead.", model=FunctionModel(fn), subagents=[worker])
+    result = await run(root, "caf\udce9 au lait")
+    assert result.status is RunStatus.COMPLETED
+    assert seen[:2] == ["caf\ufffd au lait", "t\ufffdche"]
+    for message_text in seen:
+        message_text.encode("utf-8")
+
+
+async def test_a_message_history_holding_a_lone_surrogate_is_refused_before_any_call():
+    history = [Message.user("My name is Ada."), Message.assistant("Hello, \ud800Ada.")]
+    with pytest.raises(ConfigurationError, match="message 1 holds a lone surrogate"):
+        await run(agent_for(ScriptedModel([text("x")])), "go on", message_history=history)
+
+
 async def test_message_history_with_tool_calls_is_kept_intact(valid_transcript):
     history = [
         Message.user("add 1 and 2"),
