@@ -256,9 +256,13 @@ class AgentTree:
             if (agent.name, cap) in seen:
                 continue
             seen.add((agent.name, cap))
-            if cap is not None and agent.max_output_tokens > cap:
+            # a call reserves its input estimate (at least the instructions, /4, plus one) and
+            # its output cap: the least the first call can hold
+            least = agent.max_output_tokens + len(agent.instructions) // 4 + 1
+            if cap is not None and least > cap:
                 raise ConfigurationError(
-                    f"agent {agent.name!r}: max_output_tokens={agent.max_output_tokens} exceeds the "
-                    f"token budget ({cap}) it runs under; no model call could ever fit"
+                    f"agent {agent.name!r}: max_output_tokens={agent.max_output_tokens} plus its "
+                    f"input (at least {least - agent.max_output_tokens} tokens) exceed the token "
+                    f"budget ({cap}) it runs under; no model call could ever fit"
                 )
             pending.extend((child, cap) for child in self._subagents[agent.name])

@@ -571,6 +571,32 @@ async def test_output_cap_larger_than_an_ancestors_own_budget_is_a_configuration
     assert calls == []
 
 
+async def test_an_output_cap_equal_to_the_budget_is_refused_since_a_call_needs_input_too() -> None:
+    # a call reserves its input estimate (one token at least) plus its output cap: with the
+    # cap equal to the budget the run used to start and end budget_exceeded at its first call
+    model, calls = counting_model()
+    with pytest.raises(ConfigurationError, match=r"'lead'.*at least 1 tokens.*\(100\)"):
+        await run(
+            Agent("lead", "L.", model=model, max_output_tokens=100),
+            "q",
+            limits=Limits(token_budget=100),
+        )
+    instructions = "Be brief. " * 40  # 400 characters: ~100 tokens before any task
+    with pytest.raises(ConfigurationError, match="at least 101 tokens"):
+        await run(
+            Agent("lead", instructions, model=model, max_output_tokens=100),
+            "q",
+            limits=Limits(token_budget=200),
+        )
+    assert calls == []
+    done = await run(
+        Agent("lead", "L.", model=ScriptedModel([text("ok")]), max_output_tokens=100),
+        "q",
+        limits=Limits(token_budget=102),  # estimate (("L." + "q") // 4 + 1 = 1) + 100 fits
+    )
+    assert done.status is RunStatus.COMPLETED
+
+
 async def test_one_definition_reused_under_two_parents_is_allowed() -> None:
     script = Script(
         {
