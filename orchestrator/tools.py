@@ -647,15 +647,18 @@ def _value_result(t: Tool, call: ToolUseBlock, value: Any, rt: ToolRuntime) -> T
 
 
 class _SeenLimiter:
-    """The run's thread limiter, remembering whether this call got a slot (so a thread)."""
+    """The run's thread limiter, remembering whether this call got a slot (so a thread), and
+    whether every slot was taken when it asked (a timeout before the slot is not that)."""
 
-    __slots__ = ("acquired", "inner")
+    __slots__ = ("acquired", "found_full", "inner")
 
     def __init__(self, inner: trio.CapacityLimiter) -> None:
         self.inner = inner
         self.acquired = False
+        self.found_full = False
 
     async def acquire_on_behalf_of(self, borrower: object) -> None:
+        self.found_full = self.inner.available_tokens == 0
         await self.inner.acquire_on_behalf_of(borrower)
         self.acquired = True
 
@@ -720,6 +723,12 @@ async def _attempt(
             raise  # a cancellation or a KeyboardInterrupt among them
         return _raised(t, group)
     if limiter is not None and not limiter.acquired:
+        if not limiter.found_full:  # a timeout too short to reach the thread at all
+            return _Failed(
+                f"tool {t.name!r} timed out after {timeout:g}s before it could start; it never "
+                "ran, so calling it again is safe",
+                "timeout",
+            )
         pool = rt.thread_limiter
         return _Failed(
             f"tool {t.name!r} could not start within {timeout:g}s: all {pool.total_tokens} worker "

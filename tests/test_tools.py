@@ -492,6 +492,24 @@ async def test_a_sync_tool_that_finds_every_worker_thread_busy_says_it_never_ran
         assert await trio.to_thread.run_sync(finished.acquire, True, 5)
 
 
+async def test_a_sync_tool_timing_out_before_its_thread_starts_is_a_timeout_not_a_full_pool():
+    ran = []
+
+    @tool
+    def quick(i: int) -> int:
+        """Return at once."""
+        ran.append(i)
+        return i
+
+    model = ScriptedModel([tool_call("quick", {"i": 1}), text("done")])
+    agent = Agent("worker", "x", model=model, tools=[quick])
+    result = await run(agent, "go", limits=Limits(tool_timeout=1e-9))  # past before the thread
+    (res,) = results_of(result)
+    assert res.is_error and res.error_type == "timeout" and ran == []
+    assert "before it could start; it never ran" in res.content
+    assert "worker threads" not in res.content  # all 32 were free
+
+
 async def test_an_async_tool_hanging_past_tool_timeout_becomes_a_timed_out_result(autojump_clock):
     @tool
     async def hang() -> str:
