@@ -17,6 +17,7 @@ import contextlib
 import hashlib
 import importlib.util
 import json
+import math
 import os
 import signal
 import sys
@@ -320,8 +321,12 @@ def _dry_run(
         report = worst_case(agent, limits, default_model=model)
     except ConfigurationError as exc:  # an invalid tree: one line, exit 2, like a real run
         raise UsageError(str(exc)) from None
-    if args.json:
-        sys.stdout.write(json.dumps(report) + "\n")
+    if args.json:  # JSON has no Infinity (strict parsers refuse it): unbounded is null
+        finite = {
+            k: None if isinstance(v, float) and not math.isfinite(v) else v
+            for k, v in report.items()
+        }
+        sys.stdout.write(json.dumps(finite, allow_nan=False) + "\n")
     else:
         for key, value in report.items():
             sys.stdout.write(f"{key}: {value}\n")

@@ -735,6 +735,15 @@ def test_dry_run_prints_worst_case_numbers_and_calls_no_model(work: Path) -> Non
     assert proc.returncode == 0
     assert json.loads(proc.stdout)["tree"] == "valid"
     assert not (work / "model_called").exists()
+    unbounded = orchestrator(
+        work, "run", "agents.py:dry", "go", "--dry-run", "--json", "--timeout", "inf"
+    )
+    assert unbounded.returncode == 0, unbounded.stderr
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"{constant} is not JSON")
+
+    assert json.loads(unbounded.stdout, parse_constant=refuse)["timeout_s"] is None
 
 
 def test_trace_list_and_show_draw_the_runs_after_a_run(work: Path) -> None:
