@@ -421,7 +421,8 @@ async def run_agent(node: AgentNode, run: RunState) -> None:
 
     with spans.span(
         run.tracer,
-        f"invoke_agent {node.agent.name}",
+        "invoke_agent",
+        node.agent.name,
         SpanKind.INTERNAL,
         partial(_agent_attributes, node, run) if run.tracer else None,
         records_outcome=True,
@@ -504,7 +505,8 @@ async def _loop(node: AgentNode, run: RunState) -> None:
             run.events.emit(TurnStarted(node.path, node.turns))
         with spans.span(
             run.tracer,
-            f"turn {node.agent.name}",
+            "turn",
+            node.agent.name,
             SpanKind.INTERNAL,
             partial(_turn_attributes, run.run_id, node.turns, node.path) if run.tracer else None,
             records_outcome=True,
@@ -766,7 +768,8 @@ async def _compact(
     """
     with spans.span(
         run.tracer,
-        f"compact {node.agent.name}",
+        "compact",
+        node.agent.name,
         SpanKind.INTERNAL,
         partial(_turn_attributes, run.run_id, node.turns, node.path),
         records_outcome=True,
@@ -880,7 +883,8 @@ async def _generate(
             # on a waiting agent's stack is passed through twice per wait and walked by the GC
             with spans.span(
                 run.tracer,
-                f"chat {model.name}",
+                "chat",
+                model.name,
                 SpanKind.CLIENT,
                 partial(
                     spans.chat_request_attributes,
@@ -999,7 +1003,8 @@ async def _call_one(
 ) -> None:
     with spans.span(
         run.tracer,
-        f"execute_tool {call.name}",
+        "execute_tool",
+        call.name,
         SpanKind.INTERNAL,
         partial(spans.tool_attributes, call, run.run_id, node.agent.name, run.capture)
         if run.tracer

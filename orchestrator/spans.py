@@ -147,7 +147,8 @@ class _LiveSpan:
 
 def span(
     tracer: Tracer | None,
-    name: str,
+    operation: str,
+    target: str,
     kind: SpanKind,
     attributes: Callable[[], dict[str, Any]] | None = None,
     *,
@@ -155,6 +156,9 @@ def span(
     cut: Callable[[], tuple[str, str]] | None = None,
 ) -> _LiveSpan | _NoSpan:
     """A context manager for a current span (``tracer=None``: an untraced run, no span at all).
+
+    The span is named ``"{operation} {target}"`` as the GenAI conventions name spans (``chat
+    claude-sonnet-5-5``, ``execute_tool search``); the name is only built for a traced run.
 
     ``attributes`` is called only when the span is recording. With ``records_outcome`` the
     caller states the outcome itself (agent spans: a deadline is ``timeout``, not a plain
@@ -164,7 +168,7 @@ def span(
     """
     if tracer is None:
         return NO_SPAN
-    return _LiveSpan(tracer, name, kind, attributes, records_outcome, cut)
+    return _LiveSpan(tracer, f"{operation} {target}", kind, attributes, records_outcome, cut)
 
 
 def usage_attributes(prefix: str, usage: Usage) -> dict[str, Any]:
