@@ -106,7 +106,11 @@ def load_agent(target: str) -> Agent:
 
 
 def offline_fallback(agent: Agent, default_model: str | None) -> tuple[Agent, str | None, bool]:
-    """Without an API key, swap anthropic models for the offline model; report whether it did."""
+    """Without an API key, swap anthropic models for the offline model; report whether it did.
+
+    A model object given its own key (``AnthropicModel(api_key=...)``, say from a secret store)
+    is kept: it can call the API, and a run that quietly answered offline would still "succeed".
+    """
     if os.environ.get("ANTHROPIC_API_KEY"):
         return agent, default_model, False
     swapped = False
@@ -116,7 +120,11 @@ def offline_fallback(agent: Agent, default_model: str | None) -> tuple[Agent, st
         if isinstance(a.model, str) and a.model.startswith("anthropic:"):
             swapped = True
             return a.replace(model="offline")
-        if a.model is not None and getattr(a.model, "provider", "") == "anthropic":
+        if (
+            a.model is not None
+            and getattr(a.model, "provider", "") == "anthropic"
+            and not getattr(a.model, "has_api_key", False)
+        ):
             swapped = True
             return a.replace(model="offline")
         return a

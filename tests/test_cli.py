@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator import Agent
 from orchestrator.cli import EXIT_CODES
 from orchestrator.result import RunStatus
 from orchestrator.traceview import SpanRecord, load_trace
@@ -485,6 +486,23 @@ def test_without_an_api_key_anthropic_agents_run_offline_and_the_cli_says_so_onc
         s.attributes.get("gen_ai.provider.name") for s in spans if s.name.startswith("chat")
     }
     assert providers == {"offline"}
+
+
+def test_a_model_given_its_own_api_key_is_not_swapped_for_the_offline_model(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a key from a secret store: the CLI answered offline and exited 0, tokens=0, in CI
+    from orchestrator.cli import offline_fallback
+    from orchestrator.models import AnthropicModel
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    keyed = Agent("keyed", "k", model=AnthropicModel(api_key="sk-from-a-vault"))
+    plain = Agent("plain", "p", model=AnthropicModel(), subagents=[keyed])
+    tree, default, swapped = offline_fallback(plain, None)
+    assert swapped and default == "offline" and tree.model == "offline"
+    (child,) = tree.subagents
+    assert isinstance(child, Agent) and isinstance(child.model, AnthropicModel)
+    assert not offline_fallback(keyed, "offline")[2]  # nothing to swap: nothing said
 
 
 # --------------------------------------------------------------------------------------------

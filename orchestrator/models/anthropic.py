@@ -754,6 +754,12 @@ class AnthropicModel:
         return CONTEXT_WINDOW
 
     @property
+    def has_api_key(self) -> bool:
+        """Whether the model was given its own ``api_key`` (else it reads ``ANTHROPIC_API_KEY``
+        at each call)."""
+        return bool(self._api_key and self._api_key.strip())
+
+    @property
     def price(self) -> Price:
         """The rates :meth:`cost` uses."""
         return self._price
