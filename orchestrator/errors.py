@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from .messages import Usage
     from .result import RunResult
 
 __all__ = [
@@ -50,13 +51,22 @@ class ModelError(OrchestratorError):
     ``fatal`` marks errors no agent in the tree can get past (bad key, unknown model, invalid
     request): the run ends with status ``error`` instead of letting parents spawn again.
     ``kind`` is a short machine-readable type (``rate_limit``, ``overloaded``, ``authentication``
-    ...) recorded as ``error.type`` on spans.
+    ...) recorded as ``error.type`` on spans. ``usage``: what the failed attempts were billed
+    (complete answers the adapter could not use), counted in the run's usage and budget.
     """
 
-    def __init__(self, message: str, *, fatal: bool = False, kind: str = "model_error") -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        fatal: bool = False,
+        kind: str = "model_error",
+        usage: Usage | None = None,
+    ) -> None:
         super().__init__(message)
         self.fatal = fatal
         self.kind = kind
+        self.usage = usage
 
 
 class RunFailedError(OrchestratorError):

@@ -907,13 +907,17 @@ async def _generate(
                         )
                 except Exception as exc:
                     response = _failed_call(node, run, s, exc)
+                    if isinstance(exc, ModelError) and exc.usage is not None:
+                        usage = exc.usage  # answers the provider billed and none was usable
+                        _bill(node, usage)
                 else:
                     if run.tracer:
                         spans.record_chat_response(s, answered, model.name, run.capture)
                     response = answered
         finally:
             node.limiters.release()
-        usage = Usage() if response is None else response.usage  # CONTEXT_FULL's is zero
+        if usage is None:
+            usage = Usage() if response is None else response.usage  # CONTEXT_FULL's is zero
     finally:
         if usage is None and run.cut_answers:  # answered, then cut before it could be used
             cut = run.cut_answers.pop()
@@ -921,7 +925,7 @@ async def _generate(
             if usage is not None:
                 _bill(node, usage)
         node.ledger.settle(reservation, usage)
-    if response is None or response is CONTEXT_FULL:  # a failed call bills nothing
+    if response is None or response is CONTEXT_FULL:  # billed above if anything was billed
         return response
     _bill(node, usage)
     return response

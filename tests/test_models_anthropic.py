@@ -45,7 +45,7 @@ from support.fake_messages_server import (
     Message as Reply,
 )
 
-from orchestrator.errors import ModelError
+from orchestrator.errors import ConfigurationError, ModelError
 from orchestrator.messages import (
     Message,
     RedactedThinkingBlock,
@@ -234,6 +234,55 @@ def test_constructor_is_cheap_and_imports_no_sdk() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["claude-opus-5-5", "anthropic"]
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        ({"timeout": -5}, "timeout"),
+        ({"timeout": 0}, "timeout"),
+        ({"timeout": float("nan")}, "timeout"),
+        ({"max_retry_after": -1}, "max_retry_after"),
+        ({"max_retry_after": float("nan")}, "max_retry_after"),
+        ({"max_retries": 1.5}, "max_retries"),
+        ({"base_url": "localhost:8080"}, "base_url"),
+        ({"base_url": "ftp://proxy.example"}, "base_url"),
+    ],
+)
+def test_a_setting_that_could_never_work_is_refused_when_the_model_is_built(
+    options: dict[str, Any], problem: str
+) -> None:
+    # a negative timeout was retried five times as a "connection error"; a base URL without
+    # a scheme took five attempts and ~7 s per agent before failing as a network blip
+    with pytest.raises(ConfigurationError, match=problem):
+        AnthropicModel(**options)
+
+
+async def test_a_base_url_variable_that_is_not_a_url_is_fatal_at_once(
+    server: FakeMessagesServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url.replace("http://", ""))
+    async with open_ctx() as ctx:
+        with pytest.raises(ModelError) as caught:
+            await AnthropicModel().request(make_request(), ctx)
+    assert (caught.value.fatal, caught.value.kind) == (True, "configuration")
+    assert "ANTHROPIC_BASE_URL" in str(caught.value) and not server.requests
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", f" {server.url}/ ")  # spaces around: fine
+    server.push(text("ok"))
+    async with open_ctx() as ctx:
+        assert (await AnthropicModel().request(make_request(), ctx)).content == (TextBlock("ok"),)
+
+
+async def test_a_blank_system_prompt_is_left_out_not_sent_as_a_blank_block(
+    server: FakeMessagesServer,
+) -> None:
+    # the API refuses blank text with a 400 the adapter must treat as fatal: the tree stopped
+    server.push(text("ok"))
+    async with open_ctx() as ctx:
+        result = await model_for(server).request(make_request(system="\n  \n"), ctx)
+    assert result.content == (TextBlock("ok"),)
+    body = server.requests[0].json
+    assert body is not None and "system" not in body
 
 
 # --------------------------------------------------------------------------------------------
@@ -540,6 +589,44 @@ async def test_429_retry_after_gates_every_request_on_the_client(
     )
 
 
+@pytest.mark.parametrize(
+    ("headers", "least", "most"),
+    [
+        ({"retry-after": "0"}, 0.37, 0.51),  # the backoff: 0.5 s less up to 25 %
+        ({"retry-after": "-5"}, 0.37, 0.51),
+        ({"retry-after": "nan"}, 0.37, 0.51),
+        ({"retry-after": "Thu, 01 Jan 2015 00:00:00 GMT"}, 0.37, 0.51),  # past (clock skew)
+        ({"retry-after-ms": "nan", "retry-after": "3"}, 3.0, 3.1),  # the valid one counts
+        ({"retry-after-ms": "1500"}, 1.5, 1.6),
+    ],
+)
+async def test_a_retry_after_of_zero_or_nonsense_keeps_the_backoff(
+    server: FakeMessagesServer,
+    virtual_clock: trio.testing.MockClock,
+    headers: dict[str, str],
+    least: float,
+    most: float,
+) -> None:
+    # retry-after: 0 (or -5, nan, a past date) sent all five attempts at once
+    server.push(Error(503, "api_error", "busy", headers), text("ok"))
+    async with open_ctx() as ctx:
+        start = trio.current_time()
+        await model_for(server, timeout=None).request(make_request(), ctx)
+        waited = trio.current_time() - start
+    assert least <= waited <= most, waited
+
+
+async def test_max_retry_after_zero_ignores_server_delays_but_keeps_the_backoff(
+    server: FakeMessagesServer, virtual_clock: trio.testing.MockClock
+) -> None:
+    server.push(Error(503, "api_error", "busy", {"retry-after": "30"}), text("ok"))
+    async with open_ctx() as ctx:
+        start = trio.current_time()
+        await model_for(server, timeout=None, max_retry_after=0).request(make_request(), ctx)
+        waited = trio.current_time() - start
+    assert 0.37 <= waited <= 0.51, waited
+
+
 async def test_a_429_that_ends_a_call_still_holds_the_gate(
     server: FakeMessagesServer,
     virtual_clock: trio.testing.MockClock,
@@ -802,6 +889,34 @@ async def test_a_tool_call_cut_by_a_full_window_or_a_refusal_is_passed_on_not_re
         result = await model_for(server).request(make_request(), ctx)
     assert result.stop_reason == stop_reason
     assert len(server.requests) == 1
+
+
+async def test_answers_billed_then_retried_as_unusable_count_in_the_runs_usage(
+    server: FakeMessagesServer, virtual_clock: trio.testing.MockClock
+) -> None:
+    # a whole answer whose tool input is not JSON is retried; the API billed it all the same
+    from orchestrator import Agent, RunStatus, run
+
+    billed = {
+        "input_tokens": 1000,
+        "output_tokens": 400,
+        "cache_read_input_tokens": 0,
+        "cache_creation_input_tokens": 0,
+    }
+    broken = {"type": "tool_use", "id": "toolu_b", "name": "search", "input": {"q": "x"}}
+    unusable = Reply(
+        (dict(broken, _partial_json='{"q": "x'),), stop_reason="tool_use", usage=billed
+    )
+    server.push(unusable, unusable, text("done", usage=dict(billed, output_tokens=5)))
+    result = await run(Agent("w", "x", model=model_for(server)), "go")
+    assert result.status is RunStatus.COMPLETED and result.output == "done"
+    assert (result.usage.input_tokens, result.usage.output_tokens) == (3000, 805)
+    assert result.usage.cost_usd == pytest.approx((3000 * 2 + 805 * 10) / 1e6)
+
+    server.push(unusable, unusable)  # and when no attempt was usable: the error keeps the bill
+    failed = await run(Agent("w", "x", model=model_for(server, max_retries=1)), "go")
+    assert failed.status is RunStatus.ERROR and "malformed response" in (failed.error or "")
+    assert (failed.usage.input_tokens, failed.usage.output_tokens) == (2000, 800)
 
 
 async def test_no_cache_breakpoint_lands_on_redacted_thinking(server: FakeMessagesServer) -> None:

@@ -33,11 +33,13 @@ What it does on each call, and why:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import email.utils
 import functools
 import hashlib
 import json
+import math
 import os
 import random
 import re
@@ -296,6 +298,8 @@ class _BadResponse(Exception):
     def __init__(self, detail: str, kind: str = "malformed_response") -> None:
         super().__init__(detail)
         self.kind = kind
+        self.usage: Usage | None = None
+        """Set for a complete answer that could not be used: the API billed it all the same."""
 
 
 _FIXES: Final[Mapping[str, str]] = MappingProxyType(
@@ -363,25 +367,48 @@ def _one_line(text: str) -> str:
     return text
 
 
+def _positive(value: object) -> bool:
+    """A number of seconds above zero (not a bool, not NaN; infinity allowed)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
+def _fatal_configuration(message: str) -> ModelError:
+    return ModelError(message, fatal=True, kind="configuration")
+
+
+def _checked_base_url(url: str, source: str, error: Callable[[str], Exception]) -> str:
+    """``url`` without surrounding spaces, if it is an http(s) URL; else ``error``: a URL that
+    cannot be connected to is a setting to fix, not a network failure to retry five times."""
+    stripped = url.strip() if isinstance(url, str) else ""
+    if not re.match(r"https?://[^/\s]+", stripped, re.IGNORECASE):
+        raise error(
+            f"{source} {url!r} is not an http:// or https:// URL (e.g. https://api.anthropic.com)"
+        )
+    return stripped
+
+
 def _retry_after(headers: Mapping[str, str]) -> float | None:
-    """Seconds from ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP date), if any."""
-    try:
+    """Seconds from ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP date), if any.
+
+    Only a positive, finite delay counts: ``0``, a negative or NaN value, or a date already
+    past (clock skew) would remove the backoff and retry in a tight loop, so the exponential
+    backoff applies instead (as the SDK itself does).
+    """
+    delays: list[float] = []
+    with contextlib.suppress(ValueError):
         if (ms := headers.get("retry-after-ms")) is not None:
-            return max(0.0, float(ms) / 1000)
-    except ValueError:
-        pass
+            delays.append(float(ms) / 1000)
     value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
+    if value is not None:
+        try:
+            delays.append(float(value))
+        except ValueError:
+            with contextlib.suppress(TypeError, ValueError):
+                delays.append(email.utils.parsedate_to_datetime(value).timestamp() - time.time())
+    for delay in delays:  # retry-after-ms first, then retry-after
+        if 0 < delay < math.inf:
+            return delay
+    return None
 
 
 def _classify(exc: Exception) -> _Failure | None:
@@ -727,8 +754,16 @@ class AnthropicModel:
     ) -> None:
         if not isinstance(model, str) or not model.strip():
             raise ConfigurationError("AnthropicModel needs a model name, e.g. 'claude-sonnet-5-5'")
-        if max_retries < 0:
-            raise ConfigurationError("max_retries must be >= 0")
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+            raise ConfigurationError(f"max_retries must be an integer >= 0, got {max_retries!r}")
+        if timeout is not None and not _positive(timeout):
+            raise ConfigurationError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+        if not (_positive(max_retry_after) or max_retry_after == 0):
+            raise ConfigurationError(
+                f"max_retry_after must be a number of seconds >= 0, got {max_retry_after!r}"
+            )
+        if base_url is not None:
+            base_url = _checked_base_url(base_url, "base_url", ConfigurationError)
         self._model = model.strip()
         self._api_key = api_key
         self._base_url = base_url
@@ -781,7 +816,7 @@ class AnthropicModel:
             tools = [tool.to_wire() for tool in request.tools]
             tools[-1]["cache_control"] = dict(_EPHEMERAL)
             params["tools"] = tools
-        if request.system:
+        if not is_blank(request.system):  # the API refuses blank text (a 400: the tree stops)
             params["system"] = [
                 {"type": "text", "text": request.system, "cache_control": dict(_EPHEMERAL)}
             ]
@@ -799,7 +834,14 @@ class AnthropicModel:
                 fatal=True,
                 kind="authentication",
             )
-        base_url = self._base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
+        base_url = self._base_url  # checked when the model was built
+        if base_url is None:
+            from_env = os.environ.get("ANTHROPIC_BASE_URL")
+            base_url = (
+                _checked_base_url(from_env, "ANTHROPIC_BASE_URL", _fatal_configuration)
+                if from_env
+                else DEFAULT_BASE_URL
+            )
         return api_key.strip(), base_url.rstrip("/")
 
     async def request(self, request: ModelRequest, ctx: ModelContext) -> ModelResponse:
@@ -810,25 +852,34 @@ class AnthropicModel:
         )
         params = self.request_params(request)
         attempts = 0
+        spent: Usage | None = None  # answers billed but not usable (retried): counted too
         while True:
             await client.gate.wait()
             attempts += 1
             try:
-                return await self._attempt(client.sdk, params, ctx)
+                response = await self._attempt(client.sdk, params, ctx)
             except Exception as exc:
                 failure = _classify(exc)
                 if failure is None:
                     raise
-            delay = failure.retry_after
-            if delay is None:
+                billed = getattr(exc, "usage", None)
+                if billed is not None:
+                    spent = billed if spent is None else spent + billed
+            else:
+                if spent is not None:
+                    response = dataclasses.replace(response, usage=response.usage + spent)
+                return response
+            delay = failure.retry_after  # the server's, capped; else (or capped to 0) backoff
+            if delay is not None:
+                delay = min(delay, self._max_retry_after)
+            if not delay:
                 delay = min(_BACKOFF_MAX, _BACKOFF_INITIAL * 2 ** (attempts - 1))
                 delay *= 1 - 0.25 * random.random()
-            delay = min(delay, self._max_retry_after)
             if failure.rate_limited:
                 # Every request on this client waits, even if this one gives up now.
                 client.gate.close_for(delay)
             if not failure.retryable or attempts > self._max_retries:
-                raise self._error(failure, attempts, api_key) from None
+                raise self._error(failure, attempts, api_key, spent) from None
             if not failure.rate_limited:  # (a rate-limited retry waits at the gate above)
                 await trio.sleep(delay)
 
@@ -864,7 +915,6 @@ class AnthropicModel:
                 await stream.close()
         if assembler.failure is not None:
             raise _StreamFailed(assembler.failure)
-        content = assembler.content()
         usage = Usage(
             input_tokens=assembler.input_tokens
             + assembler.cache_write_tokens
@@ -874,15 +924,24 @@ class AnthropicModel:
             cache_write_tokens=assembler.cache_write_tokens,
             requests=1,
         )
+        usage = dataclasses.replace(usage, cost_usd=self.cost(usage))
+        try:
+            content = assembler.content()
+        except _BadResponse as exc:
+            if assembler.stop_reason is not None:  # a whole answer (bad tool JSON): billed
+                exc.usage = usage
+            raise
         return ModelResponse(
             content,
             cast(str, assembler.stop_reason),  # content() checked it is set
-            dataclasses.replace(usage, cost_usd=self.cost(usage)),
+            usage,
             assembler.model or self._model,
             assembler.id,
         )
 
-    def _error(self, failure: _Failure, attempts: int, api_key: str) -> ModelError:
+    def _error(
+        self, failure: _Failure, attempts: int, api_key: str, spent: Usage | None = None
+    ) -> ModelError:
         what = failure.kind.replace("_", " ")
         tries = f" after {attempts} attempts" if failure.retryable and attempts > 1 else ""
         message = f"anthropic {self._model}: {what}{tries} ({failure.detail})"
@@ -890,7 +949,7 @@ class AnthropicModel:
         if fix:
             message += "; " + fix.format(models=", ".join(CURRENT_MODELS))
         message = redact(_one_line(message).replace(api_key, REDACTED))
-        return ModelError(message, fatal=failure.fatal, kind=failure.kind)
+        return ModelError(message, fatal=failure.fatal, kind=failure.kind, usage=spent)
 
 
 def _has_blank_text(message: Message) -> bool:

@@ -557,6 +557,10 @@ class FakeMessagesServer:
         for i, m in enumerate(messages):
             if m.get("role") not in ("user", "assistant"):
                 return f"messages.{i}.role: must be 'user' or 'assistant'"
+        system = body.get("system")
+        for i, block in enumerate(system if isinstance(system, list) else []):
+            if block.get("type") == "text" and not str(block.get("text", "")).strip():
+                return f"system.{i}: text content blocks must contain non-whitespace text"
         return _content_problem(messages)
 
     # -- writers -----------------------------------------------------------------------------
