@@ -256,6 +256,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     quiet = args.quiet or args.json
     progress = "none" if quiet else ("live" if sys.stderr.isatty() else "plain")
     started = time.perf_counter()
+    result: RunResult | None = None
     try:
         result = trio.run(
             lambda: _run_tree(
@@ -271,9 +272,30 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ConfigurationError as exc:
         raise UsageError(str(exc)) from None
     finally:
-        setup.shutdown()
+        if result is None:  # no answer to keep safe first
+            setup.shutdown()
     wall = time.perf_counter() - started
     trace = str(setup.trace_file) if setup.trace_file else (setup.endpoint or "not exported")
+    # The answer goes out before the spans are flushed: a slow or dead collector can hold the
+    # flush for seconds, and a Ctrl-C then must not cost the answer (only unsent spans).
+    _write_answer(result, args, wall, trace, offline)
+    code = EXIT_CODES[result.status]
+    try:
+        setup.shutdown()
+    except KeyboardInterrupt:
+        err.write("trace export interrupted: spans not yet sent are lost\n")
+        code = EXIT_CODES[RunStatus.CANCELLED]
+    if result.status is not RunStatus.COMPLETED and not args.json:
+        err.write(f"run ended with {result.status.value}: {result.error}\n")
+    if not (args.quiet or args.json):
+        err.write(_summary(result, wall, trace) + "\n")
+    return code
+
+
+def _write_answer(
+    result: RunResult, args: argparse.Namespace, wall: float, trace: str, offline: bool
+) -> None:
+    """The run's answer on stdout: its text, or (``--json``) the whole result."""
     if args.json:
         payload = {
             "run_id": result.run_id,
@@ -289,14 +311,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             "tree": result.to_dict(),
         }
         _write_stdout(json.dumps(payload) + "\n")
-    else:
-        if result.output:
-            _write_stdout(result.output.rstrip() + "\n")
-        if result.status is not RunStatus.COMPLETED:
-            err.write(f"run ended with {result.status.value}: {result.error}\n")
-        if not args.quiet:
-            err.write(_summary(result, wall, trace) + "\n")
-    return EXIT_CODES[result.status]
+    elif result.output:
+        _write_stdout(result.output.rstrip() + "\n")
 
 
 def _write_stdout(text: str) -> None:

@@ -488,6 +488,37 @@ def test_without_an_api_key_anthropic_agents_run_offline_and_the_cli_says_so_onc
     assert providers == {"offline"}
 
 
+def test_ctrl_c_while_spans_wait_for_a_dead_collector_keeps_the_answer(work: Path) -> None:
+    # a collector that accepts connections and never answers holds the exit flush for
+    # seconds; a Ctrl-C then used to end the process by the signal with no answer printed
+    import socket
+
+    with socket.socket() as collector:
+        collector.bind(("127.0.0.1", 0))
+        collector.listen(16)  # connections complete in the kernel; nothing ever answers
+        endpoint = f"http://127.0.0.1:{collector.getsockname()[1]}"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", "run", "agents.py:team", "Rest"],
+            cwd=work,
+            env=cli_env(OTEL_EXPORTER_OTLP_ENDPOINT=endpoint),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], 20)
+        assert ready, "no answer before the flush"
+        answer = proc.stdout.readline()
+        assert proc.poll() is None  # still flushing to the collector that never answers
+        proc.send_signal(signal.SIGINT)
+        rest, stderr = proc.communicate(timeout=30)
+    assert answer.strip() and not rest
+    assert proc.returncode == EXIT_CODES[RunStatus.CANCELLED], stderr
+    assert "trace export interrupted" in stderr and "Traceback" not in stderr
+    assert "status=completed" in stderr  # the run itself completed
+
+
 def test_a_model_given_its_own_api_key_is_not_swapped_for_the_offline_model(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
