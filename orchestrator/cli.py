@@ -461,7 +461,11 @@ def build_parser() -> argparse.ArgumentParser:
     texport.add_argument(
         "--endpoint", required=True, help="OTLP endpoint, e.g. http://127.0.0.1:4318"
     )
-    texport.add_argument("--protocol", default="http/protobuf", choices=["http/protobuf", "grpc"])
+    texport.add_argument(
+        "--protocol",
+        choices=["http/protobuf", "grpc"],
+        help="default: OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL, else http/protobuf",
+    )
     for p in (tlist, tshow, texport):
         p.add_argument("--runs-dir", default=str(DEFAULT_RUNS_DIR))
     trace.set_defaults(func=cmd_trace)

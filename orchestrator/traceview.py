@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import glob
+import http.client
 import json
 import os
 import urllib.error
@@ -682,6 +683,13 @@ def _send_http(url: str, body: bytes, headers: Mapping[str, str], timeout: float
         raise TraceExportError(f"{url}: HTTP {exc.code} {exc.reason} {detail}".strip()) from exc
     except (urllib.error.URLError, OSError) as exc:
         raise TraceExportError(f"{url}: {exc}") from exc
+    except (http.client.InvalidURL, ValueError) as exc:
+        raise TraceExportError(f"{url}: {exc}") from exc
+    except http.client.HTTPException as exc:  # not HTTP at all: say, the gRPC port
+        raise TraceExportError(
+            f"{url}: the answer is not HTTP ({type(exc).__name__}); is this the OTLP/HTTP port "
+            "(4318), or should --protocol be grpc (4317)?"
+        ) from exc
     answer = ExportTraceServiceResponse()
     if payload:
         try:

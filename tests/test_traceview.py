@@ -426,6 +426,29 @@ def test_export_to_a_dead_endpoint_fails_cleanly(run_file: Path) -> None:
     assert "Connection refused" in text and "UNAVAILABLE" in text
 
 
+def test_export_to_a_port_that_does_not_speak_http_or_a_bad_url_is_a_one_line_error(
+    receiver: OtlpReceiver, run_file: Path
+) -> None:
+    # the gRPC port answered HTTP/1 with binary frames: BadStatusLine went out as a traceback
+    console = quiet_console()
+    for endpoint in (receiver.grpc_endpoint, "http://127.0.0.1:abc"):
+        code = export_command(None, run_file.parent, endpoint, "http/protobuf", console)
+        assert code == 1
+    text = " ".join(console.export_text().split())
+    assert text.count("error:") == 2 and "Traceback" not in text
+    assert "should --protocol be grpc" in text and "nonnumeric port" in text, text
+
+
+def test_export_protocol_defaults_to_the_otel_variable(
+    receiver: OtlpReceiver, run_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    console = quiet_console()
+    code = export_command(None, run_file.parent, receiver.grpc_endpoint, None, console)
+    assert code == 0, console.export_text()
+    assert len(receiver.wait_for_spans(5)) == 5
+
+
 def test_export_reports_collector_refusal(run_file: Path) -> None:
     console = quiet_console()
     with OtlpReceiver(http_status=400) as refusing:
