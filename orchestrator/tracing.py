@@ -188,15 +188,16 @@ def resolve_otlp_endpoint(endpoint: str | None = None, protocol: str | None = No
     is the full ``.../v1/traces`` URL; for gRPC it is the URL as given (the exporter keeps only
     host and port, and takes ``http://`` to mean plaintext).
     """
-    proto = resolve_protocol(protocol)
-    http = proto == "http/protobuf"
+    traces = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
+    base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
+    if not (endpoint or traces or base):
+        return None  # the protocol variable matters only where something is sent
+    http = resolve_protocol(protocol) == "http/protobuf"
     if endpoint:
         return _traces_url(endpoint, always_append=False) if http else endpoint
-    if traces := os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip():
-        return traces
-    if base := os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip():
-        return _traces_url(base, always_append=True) if http else base
-    return None
+    if traces:  # as given, but a bare host:port means plain HTTP as it does for the base URL
+        return "http://" + traces if http and "://" not in traces else traces
+    return _traces_url(base, always_append=True) if http else base
 
 
 def _selected_exporters() -> tuple[set[str], bool]:
@@ -774,13 +775,13 @@ def configure_tracing(
         raise ConfigurationError("max_queue_size must be at least 1")
 
     names, explicit = _selected_exporters()
-    resolved_endpoint = resolve_otlp_endpoint(endpoint, protocol)
-    use_otlp = "otlp" in names or (not explicit and resolved_endpoint is not None)
-    if "none" in names:
+    if "none" in names:  # nothing is sent: no OTLP setting is read (nor refused)
         if len(names) > 1:
             _logger.warning("OTEL_TRACES_EXPORTER includes 'none': no spans will be exported")
-        use_otlp = False
-        names = {"none"}
+        resolved_endpoint, use_otlp, names = None, False, {"none"}
+    else:
+        resolved_endpoint = resolve_otlp_endpoint(endpoint, protocol)
+        use_otlp = "otlp" in names or (not explicit and resolved_endpoint is not None)
 
     exporters: list[_CountingExporter] = []
     used_endpoint: str | None = None

@@ -233,6 +233,33 @@ def test_endpoint_resolution_rules(monkeypatch: pytest.MonkeyPatch) -> None:
     assert resolve_otlp_endpoint() == "http://t:9/custom"
 
 
+def test_a_protocol_we_cannot_use_matters_only_where_spans_are_sent(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # a shell shared with another SDK may say http/json: every run was refused, even with no
+    # endpoint (spans only to the local file) or with OTEL_TRACES_EXPORTER=none
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+    assert resolve_otlp_endpoint() is None
+    setup = configure_tracing(run_file=tmp_path / "run.jsonl", set_global=False)
+    assert setup.endpoint is None and setup.trace_file == tmp_path / "run.jsonl"
+    setup.shutdown()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
+    configure_tracing(set_global=False).shutdown()
+    monkeypatch.delenv("OTEL_TRACES_EXPORTER")
+    with pytest.raises(ConfigurationError, match="http/json"):  # where it would be used
+        configure_tracing(set_global=False)
+
+
+def test_a_traces_endpoint_without_a_scheme_means_plain_http(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # as the general endpoint and --endpoint already did; every export failed silently
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "127.0.0.1:4318/v1/traces")
+    assert resolve_otlp_endpoint() == "http://127.0.0.1:4318/v1/traces"
+    assert resolve_otlp_endpoint(protocol="grpc") == "127.0.0.1:4318/v1/traces"
+
+
 # --------------------------------------------------------------------------------------------
 # Exporter selection
 
