@@ -32,6 +32,7 @@ from .messages import (
     ToolResultBlock,
     ToolUseBlock,
     Usage,
+    well_formed,
 )
 from .redact import redact
 from .tracing import content_for_span
@@ -168,7 +169,11 @@ def span(
     """
     if tracer is None:
         return NO_SPAN
-    return _LiveSpan(tracer, f"{operation} {target}", kind, attributes, records_outcome, cut)
+    # a name the model made up may hold a lone surrogate, which fails the encoding of the
+    # span's whole export batch (other agents' spans with it)
+    return _LiveSpan(
+        tracer, f"{operation} {well_formed(target)}", kind, attributes, records_outcome, cut
+    )
 
 
 def usage_attributes(prefix: str, usage: Usage) -> dict[str, Any]:
@@ -300,8 +305,8 @@ def tool_attributes(
 ) -> dict[str, Any]:
     attrs: dict[str, Any] = {
         "gen_ai.operation.name": "execute_tool",
-        "gen_ai.tool.name": call.name,
-        "gen_ai.tool.call.id": call.id,
+        "gen_ai.tool.name": well_formed(call.name),  # the model's: may hold a lone surrogate
+        "gen_ai.tool.call.id": well_formed(call.id),
         "gen_ai.tool.type": "function",
         "gen_ai.conversation.id": run_id,
         "gen_ai.agent.name": agent_name,

@@ -972,6 +972,23 @@ async def test_bug_failed_agent_spans_do_not_claim_cancellation(
 # Content capture and redaction
 
 
+@pytest.mark.parametrize("transport", ["file", "http/protobuf"])
+async def test_a_tool_name_holding_a_lone_surrogate_costs_no_span(
+    sinks: Callable[[str], Sink], transport: str
+) -> None:
+    # a made-up tool name with a broken escape failed the encoding of the whole export batch:
+    # every span of it was lost (other agents' too), the trace file never written
+    sink = sinks(transport)
+    model = ScriptedModel([[tool_call("look\ud83dup", {"q": "x"})], text("done")])
+    result = await run(Agent("a", "i", model=model), "go", tracer_provider=sink.provider)
+    assert result.status is RunStatus.COMPLETED
+    spans = sink.collect()  # asserts that no span was dropped or failed
+    assert len(spans) == sink.counter.started == 6
+    (tool_span,) = [s for s in spans if s.name.startswith("execute_tool")]
+    assert tool_span.name == "execute_tool look\ufffdup"
+    assert tool_span.attributes["gen_ai.tool.name"] == "look\ufffdup"
+
+
 async def test_content_capture_is_off_by_default(sinks: Callable[[str], Sink]) -> None:
     sink = sinks("memory")
     result, *_ = await run_tree(sink, TreeScript())
