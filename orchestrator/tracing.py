@@ -765,7 +765,8 @@ def configure_tracing(
     Exporters: ``OTEL_TRACES_EXPORTER`` picks from ``otlp``, ``console`` (to stderr, keeping
     stdout for the run's answer) and ``none``. Unset, OTLP is used when an endpoint is
     configured, else the trace file when one is asked for, else nothing. ``none`` turns off
-    everything, the file included.
+    everything, the file included, and so does ``OTEL_SDK_DISABLED=true`` (the SDK then makes
+    no spans at all).
     """
     runs_dir = Path(runs_dir) if runs_dir is not None else None  # a str is fine too
     run_file = Path(run_file) if run_file is not None else None
@@ -775,6 +776,9 @@ def configure_tracing(
         raise ConfigurationError("max_queue_size must be at least 1")
 
     names, explicit = _selected_exporters()
+    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        # the SDK makes no spans at all: no file or endpoint to point users at
+        names, explicit = {"none"}, True
     if "none" in names:  # nothing is sent: no OTLP setting is read (nor refused)
         if len(names) > 1:
             _logger.warning("OTEL_TRACES_EXPORTER includes 'none': no spans will be exported")

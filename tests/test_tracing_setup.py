@@ -279,6 +279,18 @@ def test_traces_exporter_none_exports_nothing(
     assert list(tmp_path.iterdir()) == []
 
 
+def test_sdk_disabled_names_no_trace_file_or_endpoint(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # the SDK made no spans, yet the CLI's summary pointed at a trace file that never came
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+    setup = configure_tracing(run_file=tmp_path / "run.jsonl", set_global=False)
+    assert setup.exporters == () and setup.endpoint is None and setup.trace_file is None
+    assert setup.shutdown()
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_no_endpoint_no_file_means_no_exporter() -> None:
     setup = configure_tracing(set_global=False)
     assert setup.exporters == ()
