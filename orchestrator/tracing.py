@@ -746,7 +746,9 @@ def configure_tracing(
 
     Args:
         service_name: ``service.name``; default ``OTEL_SERVICE_NAME``, then ``orchestrator``.
-            Ignored when ``tracer_provider`` is given (its resource is already fixed).
+            Ignored when ``tracer_provider`` is given, or when an SDK provider is already
+            global and reused (a resource is fixed once made; a different name is warned of:
+            pass ``set_global=False`` for a provider of this setup's own).
         endpoint: OTLP endpoint; default from ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` /
             ``OTEL_EXPORTER_OTLP_ENDPOINT``. A base URL (``http://host:4318``) is fine.
         protocol: ``http/protobuf`` or ``grpc``; default from ``OTEL_EXPORTER_OTLP_*PROTOCOL``,
@@ -815,6 +817,14 @@ def configure_tracing(
         current = trace.get_tracer_provider()
         if set_global and isinstance(current, TracerProvider):
             tracer_provider = current
+            kept = current.resource.attributes.get("service.name")
+            if service_name and service_name != kept:
+                _logger.warning(
+                    "tracing: service_name %r ignored: the global tracer provider is reused and "
+                    "keeps %r (pass set_global=False for a provider of this setup's own)",
+                    service_name,
+                    kept,
+                )
         else:
             # shutdown_on_exit=False: the SDK's own atexit hook would call the unbounded
             # shutdown; TracingSetup registers its bounded one instead.

@@ -391,6 +391,22 @@ def test_a_setup_shut_down_leaves_the_global_provider_for_the_next_one(
     assert (first.ended_spans, first.dropped_spans) == (4, 0)  # later spans never reach it
 
 
+def test_a_service_name_the_reused_global_provider_cannot_take_is_warned_of(
+    restore_global_provider: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    # job after job with its own service name: every run showed under the first one, silently
+    trace._TRACER_PROVIDER = None
+    trace._TRACER_PROVIDER_SET_ONCE = Once()
+    configure_tracing(service_name="svc-alpha").shutdown()
+    with caplog.at_level("WARNING", logger="orchestrator"):
+        configure_tracing(service_name="svc-alpha").shutdown()
+        assert not caplog.records
+        again = configure_tracing(service_name="svc-beta")
+        again.shutdown()
+    assert again.tracer_provider.resource.attributes["service.name"] == "svc-alpha"
+    assert "'svc-beta' ignored" in caplog.text and "set_global=False" in caplog.text
+
+
 def test_shutting_down_the_setup_that_made_the_global_provider_leaves_others_exporting(
     restore_global_provider: None, tmp_path: Path
 ) -> None:
