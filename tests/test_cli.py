@@ -914,7 +914,10 @@ def test_an_unusable_otlp_setting_is_a_one_line_error_not_a_traceback(work: Path
     proc = subprocess.run(
         [sys.executable, "-m", "orchestrator.cli", "run", "agents.py", "go"],
         cwd=work,
-        env=cli_env(OTEL_EXPORTER_OTLP_PROTOCOL="http/json"),
+        env=cli_env(  # refused where spans would go (with no endpoint it is not read)
+            OTEL_EXPORTER_OTLP_PROTOCOL="http/json",
+            OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:4318",
+        ),
         capture_output=True,
         text=True,
         timeout=30,
