@@ -176,6 +176,21 @@ def span(
     )
 
 
+def record_retry(attempt: int, error_type: str, delay: float) -> None:
+    """An ``orchestrator.retry`` event on the current span (a tool or model call about to be
+    retried): the trace shows the failed attempts and the backoff inside the span's time."""
+    current = trace.get_current_span()
+    if current.is_recording():
+        current.add_event(
+            "orchestrator.retry",
+            {
+                "orchestrator.retry.attempt": attempt,
+                "orchestrator.retry.delay_s": round(delay, 3),
+                "error.type": error_type,
+            },
+        )
+
+
 def usage_attributes(prefix: str, usage: Usage) -> dict[str, Any]:
     """Roll-up attributes (``orchestrator.usage.*``) for an agent or a spawn."""
     return {

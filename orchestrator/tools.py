@@ -30,6 +30,7 @@ from typing import Any, TypeVar, overload
 import pydantic
 import trio
 
+from . import spans
 from .cancellation import is_cancellation
 from .errors import ConfigurationError, ToolError
 from .messages import ToolResultBlock, ToolUseBlock, canonical_json, is_blank, well_formed
@@ -621,7 +622,9 @@ async def execute(
             return _value_result(t, call, outcome.value, rt)
         message = outcome.message
         if not outcome.final and attempt < t.max_retries:
-            await trio.sleep(min(0.25 * 2**attempt, 4.0) * (0.5 + random.random()))
+            delay = min(0.25 * 2**attempt, 4.0) * (0.5 + random.random())
+            spans.record_retry(attempt + 1, outcome.kind, delay)
+            await trio.sleep(delay)
             attempt += 1
             continue
         if attempt:

@@ -237,3 +237,26 @@ async def test_a_blank_assistant_turn_in_the_history_is_left_out_of_the_request_
     sent = plain_server.requests[0].json
     assert sent is not None
     assert [m["role"] for m in sent["messages"]] == ["user", "user"]
+
+
+async def test_a_retried_model_call_shows_its_retries_as_events_on_the_chat_span(
+    plain_server: FakeMessagesServer,
+) -> None:  # (real clock: the virtual one would jump while the HTTP call waits; ~0.5 s backoff)
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from support.fake_messages_server import Error
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    plain_server.push(Error(529, "overloaded_error", "Overloaded"), reply_text("Fine."))
+    result = await run(http_agent(plain_server), "Go.", tracer_provider=provider)
+    assert result.status is RunStatus.COMPLETED, result.error
+    (chat,) = [s for s in exporter.get_finished_spans() if s.name.startswith("chat")]
+    (retry,) = [e for e in chat.events if e.name == "orchestrator.retry"]
+    assert retry.attributes is not None
+    assert (retry.attributes["orchestrator.retry.attempt"], retry.attributes["error.type"]) == (
+        1,
+        "overloaded",
+    )

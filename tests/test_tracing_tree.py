@@ -989,6 +989,35 @@ async def test_a_tool_name_holding_a_lone_surrogate_costs_no_span(
     assert tool_span.attributes["gen_ai.tool.name"] == "look\ufffdup"
 
 
+async def test_retries_show_as_events_on_the_tool_span(
+    sinks: Callable[[str], Sink], autojump_clock: Any
+) -> None:
+    # a tool that failed twice showed one OK span whose time silently held two backoffs
+    sink = sinks("memory")
+    failures = [ConnectionError("reset"), TimeoutError("slow")]
+
+    @tool(idempotent=True)
+    async def fetch(url: str) -> str:
+        """Fetch a page."""
+        if failures:
+            raise failures.pop(0)
+        return "page"
+
+    model = ScriptedModel([[tool_call("fetch", {"url": "u"})], text("done")])
+    agent = Agent("a", "i", model=model, tools=[fetch])
+    result = await run(agent, "go", tracer_provider=sink.provider)
+    assert result.status is RunStatus.COMPLETED
+    assert sink.exporter is not None
+    (span,) = [s for s in sink.exporter.get_finished_spans() if s.name == "execute_tool fetch"]
+    retries = [dict(e.attributes or {}) for e in span.events if e.name == "orchestrator.retry"]
+    assert [(r["orchestrator.retry.attempt"], r["error.type"]) for r in retries] == [
+        (1, "ConnectionError"),
+        (2, "TimeoutError"),
+    ]
+    assert all(r["orchestrator.retry.delay_s"] > 0 for r in retries)
+    assert span.status.status_code.name != "ERROR"  # the third attempt succeeded
+
+
 async def test_content_capture_is_off_by_default(sinks: Callable[[str], Sink]) -> None:
     sink = sinks("memory")
     result, *_ = await run_tree(sink, TreeScript())

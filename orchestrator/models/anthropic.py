@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 import trio
 
+from .. import spans
 from ..errors import ConfigurationError, ModelError
 from ..messages import (
     Block,
@@ -880,6 +881,7 @@ class AnthropicModel:
                 client.gate.close_for(delay)
             if not failure.retryable or attempts > self._max_retries:
                 raise self._error(failure, attempts, api_key, spent) from None
+            spans.record_retry(attempts, failure.kind, delay)  # on the chat span
             if not failure.rate_limited:  # (a rate-limited retry waits at the gate above)
                 await trio.sleep(delay)
 
