@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import hashlib
 import importlib.util
 import json
@@ -278,9 +279,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     trace = str(setup.trace_file) if setup.trace_file else (setup.endpoint or "not exported")
     # The answer goes out before the spans are flushed: a slow or dead collector can hold the
     # flush for seconds, and a Ctrl-C then must not cost the answer (only unsent spans).
-    _write_answer(result, args, wall, trace, offline)
     code = EXIT_CODES[result.status]
     try:
+        _write_answer(result, args, wall, trace, offline)
         setup.shutdown()
     except KeyboardInterrupt:
         err.write("trace export interrupted: spans not yet sent are lost\n")
@@ -392,14 +393,23 @@ class _Diagnostics:
     def write(self, text: str) -> int:
         try:
             return self._stream.write(text)
-        except (OSError, ValueError):
-            self._silence()
+        except (OSError, ValueError) as exc:
+            self._failed(exc)
             return len(text)
 
     def flush(self) -> None:
         try:
             self._stream.flush()
-        except (OSError, ValueError):
+        except (OSError, ValueError) as exc:
+            self._failed(exc)
+
+    def _failed(self, exc: Exception) -> None:
+        """Silence a stream that is gone; a passing failure (a full non-blocking pipe, an
+        unencodable character) costs only the text that failed."""
+        gone = isinstance(exc, BrokenPipeError) or (
+            isinstance(exc, OSError) and exc.errno == errno.EBADF
+        )
+        if gone or (type(exc) is ValueError and "closed file" in str(exc)):
             self._silence()
 
     def _silence(self) -> None:

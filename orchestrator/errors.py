@@ -82,3 +82,13 @@ class RunFailedError(OrchestratorError):
         # rebuilt from the result, not from the message: it pickles (to a parent process) and
         # copies like any exception
         return (RunFailedError, (self.result,))
+
+
+def exception_type(exc: BaseException) -> str:
+    """The exception's class as OpenTelemetry's ``error.type`` wants it: a built-in by its
+    name (``KeyError``), any other with its module (``httpx.ReadTimeout``), so another
+    library's ``ToolError`` is not taken for ours."""
+    cls = type(exc)
+    if cls.__module__ == "builtins":
+        return cls.__qualname__
+    return f"{cls.__module__}.{cls.__qualname__}"

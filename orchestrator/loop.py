@@ -35,7 +35,7 @@ from .context import (
     shorten_kept_results,
     summary_request,
 )
-from .errors import ModelError
+from .errors import ModelError, exception_type
 from .events import (
     AgentFinished,
     AgentStarted,
@@ -907,8 +907,9 @@ async def _generate(
                         )
                 except Exception as exc:
                     response = _failed_call(node, run, s, exc)
-                    if isinstance(exc, ModelError) and exc.usage is not None:
-                        usage = exc.usage  # answers the provider billed and none was usable
+                    billed = getattr(exc, "usage", None) if isinstance(exc, ModelError) else None
+                    if isinstance(billed, Usage):  # answers billed, none usable
+                        usage = billed
                         _bill(node, usage)
                 else:
                     if run.tracer:
@@ -957,7 +958,7 @@ def _failed_call(node: AgentNode, run: RunState, s: Any, exc: Exception) -> Mode
         node.finish(RunStatus.ERROR, str(exc))
         return None
     # a model adapter or FunctionModel bug: end this agent
-    spans.record_outcome(s, type(exc).__name__, describe_exception(exc))
+    spans.record_outcome(s, exception_type(exc), describe_exception(exc))
     node.finish(RunStatus.ERROR, f"model call raised {describe_exception(exc)}")
     return None
 

@@ -255,18 +255,18 @@ def message_to_wire(message: Message) -> dict[str, Any]:
 def _text_in(block: Block) -> str:
     """The text a block sends (a tool call's arguments as JSON), to check it is Unicode."""
     if isinstance(block, TextBlock):
-        return block.text
+        return str(block.text)
     if isinstance(block, ToolResultBlock):
-        return block.content
+        return str(block.content)
     if isinstance(block, ThinkingBlock):
-        return block.thinking + block.signature
+        return f"{block.thinking}{block.signature}"
     if isinstance(block, ToolUseBlock):
         try:
             arguments = json.dumps(block.input, ensure_ascii=False, default=str)
         except (TypeError, ValueError):  # not JSON at all: the adapter will say so
             arguments = ""
-        return block.id + block.name + arguments
-    return block.data
+        return f"{block.id}{block.name}{arguments}"
+    return str(block.data)
 
 
 def transcript_problem(messages: Sequence[Message]) -> str | None:

@@ -24,6 +24,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from .cancellation import is_cancellation
+from .errors import exception_type
 from .messages import (
     Block,
     Message,
@@ -43,11 +44,15 @@ if TYPE_CHECKING:
 __all__ = ["NO_SPAN", "get_tracer", "span", "tracing_live"]
 
 
+TRACER_NAME = "orchestrator"
+"""The instrumentation scope of every span the runtime makes."""
+
+
 def get_tracer(provider: trace.TracerProvider | None) -> Tracer:
     """Our tracer, from ``provider`` or the global one (a no-op until configured)."""
     from . import __version__
 
-    return trace.get_tracer("orchestrator", __version__, tracer_provider=provider)
+    return trace.get_tracer(TRACER_NAME, __version__, tracer_provider=provider)
 
 
 def tracing_live(provider: trace.TracerProvider | None) -> bool:
@@ -139,7 +144,7 @@ class _LiveSpan:
                         s.set_attribute("orchestrator.cancelled", True)
                         s.set_attribute("orchestrator.outcome", "cancelled")
                 else:
-                    s.set_attribute("error.type", type(exc).__qualname__)
+                    s.set_attribute("error.type", exception_type(exc))
                     s.set_status(Status(StatusCode.ERROR, redact(str(exc))[:200]))
         finally:
             otel_context.detach(self._token)
@@ -180,7 +185,8 @@ def record_retry(attempt: int, error_type: str, delay: float) -> None:
     """An ``orchestrator.retry`` event on the current span (a tool or model call about to be
     retried): the trace shows the failed attempts and the backoff inside the span's time."""
     current = trace.get_current_span()
-    if current.is_recording():
+    scope = getattr(current, "instrumentation_scope", None)  # an untraced run's caller's span
+    if current.is_recording() and scope is not None and scope.name == TRACER_NAME:
         current.add_event(
             "orchestrator.retry",
             {

@@ -32,7 +32,7 @@ import trio
 
 from . import spans
 from .cancellation import is_cancellation
-from .errors import ConfigurationError, ToolError
+from .errors import ConfigurationError, ToolError, exception_type
 from .messages import ToolResultBlock, ToolUseBlock, canonical_json, is_blank, well_formed
 from .models.base import ToolSpec
 from .redact import redact
@@ -463,6 +463,7 @@ def _plain_fields(model: type[pydantic.BaseModel]) -> tuple[tuple[str, type, Any
             or info.alias is not None
             or info.validation_alias is not None
             or info.default_factory is not None
+            or info.validate_default  # pydantic would convert the default
         ):
             return None
         if info.is_required():
@@ -752,13 +753,3 @@ def _raised(t: Tool, exc: BaseException) -> _Failed:
         "Check the arguments, or try a different approach.",
         exception_type(exc),
     )
-
-
-def exception_type(exc: BaseException) -> str:
-    """The exception's class as OpenTelemetry's ``error.type`` wants it: a built-in by its
-    name (``KeyError``), any other with its module (``httpx.ReadTimeout``), so another
-    library's ``ToolError`` is not taken for ours."""
-    cls = type(exc)
-    if cls.__module__ == "builtins":
-        return cls.__qualname__
-    return f"{cls.__module__}.{cls.__qualname__}"

@@ -58,6 +58,7 @@ from opentelemetry.sdk.trace.export import (
 )
 
 from .errors import ConfigurationError
+from .messages import well_formed
 from .otlp_json import decode_otlp_json, encode_otlp_json, encode_spans_json
 from .redact import redact
 
@@ -131,7 +132,9 @@ def content_for_span(value: object, *, max_chars: int = 16_384) -> str:
         text = value
     else:
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
-    text = redact(text)
+    # a lone surrogate (a bad escape in a model's reply, a file name) cannot be encoded: the
+    # exporter would drop the attribute and log a traceback for every batch
+    text = redact(well_formed(text))
     if len(text) > max_chars:
         cut = len(text) - max_chars
         text = f"{text[:max_chars]}…[{cut} chars truncated]"
@@ -777,6 +780,8 @@ def configure_tracing(
     if max_queue_size < 1:
         raise ConfigurationError("max_queue_size must be at least 1")
 
+    if protocol is not None:  # an argument is checked even where it is not used
+        resolve_protocol(protocol)
     names, explicit = _selected_exporters()
     if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         # the SDK makes no spans at all: no file or endpoint to point users at
@@ -785,9 +790,11 @@ def configure_tracing(
         if len(names) > 1:
             _logger.warning("OTEL_TRACES_EXPORTER includes 'none': no spans will be exported")
         resolved_endpoint, use_otlp, names = None, False, {"none"}
-    else:
+    elif "otlp" in names or not explicit:  # OTLP may be used: its settings are read
         resolved_endpoint = resolve_otlp_endpoint(endpoint, protocol)
-        use_otlp = "otlp" in names or (not explicit and resolved_endpoint is not None)
+        use_otlp = "otlp" in names or resolved_endpoint is not None
+    else:  # console only
+        resolved_endpoint, use_otlp = None, False
 
     exporters: list[_CountingExporter] = []
     used_endpoint: str | None = None

@@ -260,3 +260,23 @@ async def test_a_retried_model_call_shows_its_retries_as_events_on_the_chat_span
         1,
         "overloaded",
     )
+
+
+async def test_a_lone_surrogate_in_the_models_own_reply_does_not_break_the_next_request(
+    plain_server: FakeMessagesServer,
+) -> None:
+    # a JSON escape like "\ud83d" alone decodes to a lone surrogate: the reply goes back in
+    # the transcript, and the next request failed to encode ("surrogates not allowed")
+    call = reply_tool_use("lookup", {"topic": "x"}, id="toolu_s")
+    broken = dict(call.content[0], _partial_json='{"topic": "caf\\udce9"}')
+    plain_server.push(
+        Reply(({"type": "text", "text": "Looking up caf\udce9."}, broken), stop_reason="tool_use"),
+        reply_text("Done."),
+    )
+    result = await run(http_agent(plain_server), "Go.")
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert len(plain_server.requests) == 2
+    sent = json.dumps(plain_server.requests[1].json, ensure_ascii=False)
+    assert "caf\ufffd" in sent and "\\udce9" not in sent
+    (use,) = [b for m in result.messages for b in m.tool_uses]
+    assert use.input == {"topic": "caf\ufffd"}

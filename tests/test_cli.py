@@ -875,6 +875,27 @@ def test_a_reader_that_goes_away_does_not_change_the_exit_code_nor_lose_the_summ
     assert "Traceback" not in stderr and "status=completed" in stderr
 
 
+def test_a_passing_stderr_failure_costs_only_that_text() -> None:
+    # a full non-blocking pipe (EAGAIN) is not a reader that went away: later lines still go
+    import io
+
+    from orchestrator.cli import _Diagnostics
+
+    failures = [BlockingIOError(errno.EAGAIN, "full")]
+
+    class Flaky(io.StringIO):
+        def write(self, text: str) -> int:
+            if failures:
+                raise failures.pop()
+            return super().write(text)
+
+    stream = Flaky()
+    guarded = _Diagnostics(stream)
+    guarded.write("lost\n")
+    guarded.write("kept\n")
+    assert stream.getvalue() == "kept\n"
+
+
 def test_a_stderr_whose_reader_went_away_or_that_is_closed_loses_diagnostics_not_the_run(
     work: Path,
 ) -> None:

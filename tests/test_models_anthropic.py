@@ -247,6 +247,7 @@ def test_constructor_is_cheap_and_imports_no_sdk() -> None:
         ({"max_retries": 1.5}, "max_retries"),
         ({"base_url": "localhost:8080"}, "base_url"),
         ({"base_url": "ftp://proxy.example"}, "base_url"),
+        ({"base_url": "http://exa mple.com"}, "base_url"),
     ],
 )
 def test_a_setting_that_could_never_work_is_refused_when_the_model_is_built(

@@ -368,6 +368,13 @@ def test_constrained_or_aliased_parameters_are_always_validated_by_pydantic():
         """Optional."""
         return note or ""
 
+    @tool
+    def converted(n: Annotated[int, pydantic.Field(validate_default=True)] = "5") -> int:  # type: ignore[assignment]
+        """A default pydantic converts."""
+        return n
+
+    assert converted._plain_fields is None and converted.validate({}) == {"n": 5}
+
     assert bounded._plain_fields is None and listed._plain_fields is None
     assert optional._plain_fields is None
     with pytest.raises(pydantic.ValidationError):

@@ -246,9 +246,14 @@ def test_a_protocol_we_cannot_use_matters_only_where_spans_are_sent(
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
     configure_tracing(set_global=False).shutdown()
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")
+    configure_tracing(set_global=False).shutdown()
     monkeypatch.delenv("OTEL_TRACES_EXPORTER")
     with pytest.raises(ConfigurationError, match="http/json"):  # where it would be used
         configure_tracing(set_global=False)
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT")
+    with pytest.raises(ConfigurationError, match="grpcc"):  # an argument is always checked
+        configure_tracing(protocol="grpcc", set_global=False)
 
 
 def test_a_traces_endpoint_without_a_scheme_means_plain_http(

@@ -1027,6 +1027,21 @@ async def test_content_capture_is_off_by_default(sinks: Callable[[str], Sink]) -
         assert not present, f"{s.name} captured {present} without opting in"
 
 
+async def test_captured_content_holding_a_lone_surrogate_is_kept_with_a_replacement(
+    sinks: Callable[[str], Sink], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a model's text with a lone surrogate: the exporter dropped the captured attribute and
+    # logged a traceback for every batch
+    monkeypatch.setenv(CAPTURE, "true")
+    sink = sinks("file")
+    model = ScriptedModel([text("caf\udce9 au lait")])
+    result = await run(Agent("a", "i", model=model), "go", tracer_provider=sink.provider)
+    assert result.status is RunStatus.COMPLETED
+    (chat,) = [s for s in sink.collect() if s.op == "chat"]
+    outputs = json.loads(chat.attributes["gen_ai.output.messages"])
+    assert outputs[0]["parts"][0]["content"] == "caf\ufffd au lait"
+
+
 async def test_content_capture_on_with_the_standard_variable(
     sinks: Callable[[str], Sink], monkeypatch: pytest.MonkeyPatch
 ) -> None:

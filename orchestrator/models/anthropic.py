@@ -63,7 +63,9 @@ from ..messages import (
     ToolUseBlock,
     Usage,
     is_blank,
+    is_text,
     message_to_wire,
+    well_formed,
 )
 from ..redact import REDACTED, redact
 from .base import ModelContext, ModelRequest, ModelResponse
@@ -381,7 +383,7 @@ def _checked_base_url(url: str, source: str, error: Callable[[str], Exception]) 
     """``url`` without surrounding spaces, if it is an http(s) URL; else ``error``: a URL that
     cannot be connected to is a setting to fix, not a network failure to retry five times."""
     stripped = url.strip() if isinstance(url, str) else ""
-    if not re.match(r"https?://[^/\s]+", stripped, re.IGNORECASE):
+    if not re.fullmatch(r"https?://[^/\s]+(/\S*)?", stripped, re.IGNORECASE):
         raise error(
             f"{source} {url!r} is not an http:// or https:// URL (e.g. https://api.anthropic.com)"
         )
@@ -641,16 +643,23 @@ class _Assembler:
         for index in sorted(self._blocks):
             partial = self._blocks[index]
             joined = "".join(partial.parts)
+            # A JSON escape like "\ud83d" alone decodes to a lone surrogate, which the next
+            # request (this reply goes back in the transcript) cannot encode: U+FFFD instead.
+            # Thinking is left as it is: its signature covers it.
             if partial.kind == "text":
                 if joined:
-                    blocks.append(TextBlock(joined))
+                    blocks.append(TextBlock(well_formed(joined)))
             elif partial.kind == "thinking":
                 blocks.append(ThinkingBlock(joined, partial.signature))
             elif partial.kind == "redacted_thinking":
                 blocks.append(RedactedThinkingBlock(partial.signature))
             else:
                 blocks.append(
-                    ToolUseBlock(partial.id, partial.name, self._tool_input(partial, joined))
+                    ToolUseBlock(
+                        well_formed(partial.id),
+                        well_formed(partial.name),
+                        _unicode_only(self._tool_input(partial, joined)),
+                    )
                 )
         return tuple(blocks)
 
@@ -667,6 +676,15 @@ class _Assembler:
         if self.stop_reason in _CUTTING_STOPS:
             return {}  # a tool call cut short: the loop retries, compacts or ends the agent
         raise _BadResponse(f"tool_use {partial.name!r} input is not a JSON object")
+
+
+def _unicode_only(arguments: dict[str, Any]) -> dict[str, Any]:
+    """``arguments`` with any lone surrogate in its strings (keys too) replaced by U+FFFD."""
+    encoded = json.dumps(arguments, ensure_ascii=False)
+    if is_text(encoded):
+        return arguments
+    fixed: dict[str, Any] = json.loads(well_formed(encoded))
+    return fixed
 
 
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
@@ -763,8 +781,8 @@ class AnthropicModel:
             raise ConfigurationError(
                 f"max_retry_after must be a number of seconds >= 0, got {max_retry_after!r}"
             )
-        if base_url is not None:
-            base_url = _checked_base_url(base_url, "base_url", ConfigurationError)
+        # "" means the default, as for ANTHROPIC_BASE_URL
+        base_url = _checked_base_url(base_url, "base_url", ConfigurationError) if base_url else None
         self._model = model.strip()
         self._api_key = api_key
         self._base_url = base_url
