@@ -97,7 +97,11 @@ def _check_count(what: str, value: object) -> None:
 @quick_init
 @dataclass(frozen=True, slots=True)
 class TurnContext:
-    """What one turn sent: the input size, what was cleared or compacted, the cache reads."""
+    """What one turn sent: the input size, what was cleared or compacted, the cache reads.
+
+    ``input_tokens`` and ``cache_read_tokens`` are one request's: when the provider billed
+    answers it could not use and the adapter asked again (the same request), their share.
+    """
 
     turn: int
     input_tokens_estimate: int

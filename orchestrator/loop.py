@@ -609,18 +609,17 @@ def _record_turn(
 ) -> None:
     """The turn's context figures, in ``turn_log`` and on its span."""
     usage = response.usage
-    node.turn_log.append(
-        TurnContext(
-            node.turns, estimate, usage.input_tokens, usage.cache_read_tokens, cleared, compacted
-        )
-    )
+    sent, cache_read = usage.input_tokens, usage.cache_read_tokens
+    if usage.requests > 1:  # answers billed then retried as unusable: one request's share
+        sent, cache_read = sent // usage.requests, cache_read // usage.requests
+    node.turn_log.append(TurnContext(node.turns, estimate, sent, cache_read, cleared, compacted))
     if run.tracer and turn_span.is_recording():
         turn_span.set_attributes(
             {
                 "orchestrator.context.input_tokens_estimate": estimate,
                 "orchestrator.context.cleared_results": cleared,
                 "orchestrator.context.compacted": compacted,
-                "orchestrator.context.cache_read_tokens": usage.cache_read_tokens,
+                "orchestrator.context.cache_read_tokens": cache_read,
                 "orchestrator.stop_reason": response.stop_reason,
             }
         )

@@ -913,6 +913,8 @@ async def test_answers_billed_then_retried_as_unusable_count_in_the_runs_usage(
     assert result.status is RunStatus.COMPLETED and result.output == "done"
     assert (result.usage.input_tokens, result.usage.output_tokens) == (3000, 805)
     assert result.usage.cost_usd == pytest.approx((3000 * 2 + 805 * 10) / 1e6)
+    (turn,) = result.turn_log  # the size of what the turn sent: one request's, not three
+    assert (turn.input_tokens, turn.cache_read_tokens) == (1000, 0)
 
     server.push(unusable, unusable)  # and when no attempt was usable: the error keeps the bill
     failed = await run(Agent("w", "x", model=model_for(server, max_retries=1)), "go")
