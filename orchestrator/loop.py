@@ -910,6 +910,7 @@ async def _generate(
                     if isinstance(billed, Usage):  # answers billed, none usable
                         usage = billed
                         _bill(node, usage)
+                        spans.record_chat_usage(s, usage)
                 else:
                     if run.tracer:
                         spans.record_chat_response(s, answered, model.name, run.capture)

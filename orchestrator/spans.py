@@ -290,6 +290,21 @@ def genai_messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
     return out
 
 
+def record_chat_usage(s: Span, u: Usage) -> None:
+    """A model call's billed usage on its ``chat`` span (a failed call's too, if it was
+    billed: the spans' sum then matches the agents' usage)."""
+    if s.is_recording():
+        s.set_attributes(
+            {
+                "gen_ai.usage.input_tokens": u.input_tokens,
+                "gen_ai.usage.output_tokens": u.output_tokens,
+                "gen_ai.usage.cache_read.input_tokens": u.cache_read_tokens,
+                "gen_ai.usage.cache_creation.input_tokens": u.cache_write_tokens,
+                "orchestrator.cost_usd": u.cost_usd,
+            }
+        )
+
+
 def record_chat_response(s: Span, response: ModelResponse, model_name: str, capture: bool) -> None:
     """The reply's model, finish reason and usage on its ``chat`` span.
 
@@ -298,19 +313,14 @@ def record_chat_response(s: Span, response: ModelResponse, model_name: str, capt
     """
     if not s.is_recording():
         return
-    u = response.usage
     s.set_status(Status(StatusCode.OK))
     s.set_attributes(
         {
             "gen_ai.response.model": response.model or model_name,
             "gen_ai.response.finish_reasons": [response.stop_reason],
-            "gen_ai.usage.input_tokens": u.input_tokens,
-            "gen_ai.usage.output_tokens": u.output_tokens,
-            "gen_ai.usage.cache_read.input_tokens": u.cache_read_tokens,
-            "gen_ai.usage.cache_creation.input_tokens": u.cache_write_tokens,
-            "orchestrator.cost_usd": u.cost_usd,
         }
     )
+    record_chat_usage(s, response.usage)
     if response.id:
         s.set_attribute("gen_ai.response.id", response.id)
     if capture:

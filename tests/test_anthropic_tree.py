@@ -280,3 +280,41 @@ async def test_a_lone_surrogate_in_the_models_own_reply_does_not_break_the_next_
     assert "caf\ufffd" in sent and "\\udce9" not in sent
     (use,) = [b for m in result.messages for b in m.tool_uses]
     assert use.input == {"topic": "caf\ufffd"}
+
+
+async def test_a_failed_call_that_was_billed_shows_its_usage_on_its_chat_span(
+    plain_server: FakeMessagesServer,
+) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    billed = {
+        "input_tokens": 700,
+        "output_tokens": 30,
+        "cache_read_input_tokens": 0,
+        "cache_creation_input_tokens": 0,
+    }
+    call = reply_tool_use("lookup", {"topic": "x"}, id="toolu_u")
+    unusable = Reply(
+        (dict(call.content[0], _partial_json='{"topic": "x'),), "tool_use", usage=billed
+    )
+    plain_server.push(unusable, unusable)
+    model = AnthropicModel(
+        "claude-sonnet-5-5",
+        api_key="sk-ant-test-key-000000",
+        base_url=plain_server.url,
+        max_retries=1,
+    )
+    agent = Agent("worker", "Answer.", model=model, tools=[lookup])
+    result = await run(agent, "Go.", tracer_provider=provider)
+    assert result.status is RunStatus.ERROR and result.usage.input_tokens == 1400
+    (chat,) = [s for s in exporter.get_finished_spans() if s.name.startswith("chat")]
+    assert chat.attributes is not None
+    assert (chat.attributes["gen_ai.usage.input_tokens"], chat.status.status_code.name) == (
+        1400,
+        "ERROR",
+    )
