@@ -33,6 +33,7 @@ Queries take milliseconds, so serialising them costs nothing worth the complexit
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import os
@@ -50,6 +51,7 @@ from typing import TypeVar
 
 from .corpus_sources import (
     FOLDER_SUFFIXES,
+    MAX_FILE_BYTES,
     Source,
     folder_sources,
     stdlib_sources,
@@ -355,7 +357,7 @@ class Corpus:
         )
         rank = f"bm25({_TITLE_WEIGHT}, {_BODY_WEIGHT})"
         limit = min(limit, _MAX_LIMIT)
-        with self._lock:
+        with self._lock, self._snapshot():
             rows = self._conn.execute(ranked_sql, (expression, rank, limit * 4 + 10)).fetchall()
             kept, spare = spread_per_doc(rows, lambda row: row[2])
             chosen = sorted(kept[:limit] + spare[: max(0, limit - len(kept))], key=lambda r: r[4])
@@ -386,7 +388,7 @@ class Corpus:
         if max_chars is not None and (not isinstance(max_chars, int) or max_chars < 1):
             raise CorpusError(f"max_chars must be a positive integer, got {max_chars!r}")
         doc_id = self._check_id(doc_id)
-        with self._lock:
+        with self._lock, self._snapshot():
             found = self._conn.execute(
                 "SELECT doc FROM sections WHERE id = ?", (doc_id,)
             ).fetchone()
@@ -413,6 +415,17 @@ class Corpus:
         if truncated:
             text = text[:max_chars]
         return Document(doc_id, title, text, sections, truncated, total)
+
+    @contextlib.contextmanager
+    def _snapshot(self) -> Iterator[None]:
+        """One read transaction around a method's queries: a refresh committed by another
+        process between two of them (the ranking and the snippets, an id and its rows) would
+        otherwise pair rows of the old index with rows of the new one."""
+        self._conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self._conn.execute("COMMIT")
 
     def _check_id(self, doc_id: str) -> str:
         """Refuse ids that could name something outside the corpus; return the normalized id."""
@@ -477,6 +490,11 @@ class Corpus:
             if on_disk.is_file() and on_disk.suffix.lower() not in FOLDER_SUFFIXES:
                 kinds = ", ".join(sorted(FOLDER_SUFFIXES))
                 return f"{doc!r} is not part of the corpus: only {kinds} files are indexed"
+            if on_disk.is_file() and on_disk.stat().st_size > MAX_FILE_BYTES:
+                return (
+                    f"{doc!r} is not part of the corpus: files over {MAX_FILE_BYTES // 2**20} MiB "
+                    "are not indexed"
+                )
             if on_disk.is_file():
                 return (
                     f"{doc!r} is not indexed yet (it is newer than the index): refresh the corpus"

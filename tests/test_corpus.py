@@ -532,6 +532,58 @@ def test_several_openers_building_one_index_at_once_all_succeed(docs: Path, tmp_
         assert again.last_refresh.changed == 0 and again.last_refresh.sections == 13
 
 
+def test_a_refresh_by_another_opener_never_shows_half_of_each_index(tmp_path: Path) -> None:
+    # search ranks then fetches snippets, read finds an id then its rows: a refresh committed
+    # in between raised KeyError / IndexError instead of answering from one index or the other
+    root = tmp_path / "docs"
+    root.mkdir()
+
+    def write(version: int) -> None:
+        for i in range(40):
+            (root / f"f{i:02d}.md").write_text(f"# Doc {i}\n\nzebra text {i} v{version}\n")
+
+    write(0)
+    index = tmp_path / "index.sqlite"
+    writer, reader = Corpus.open(root, index_path=index), Corpus.open(root, index_path=index)
+    stop = time.monotonic() + 2.0
+    failures: list[str] = []
+
+    def keep_refreshing() -> None:
+        version = 0
+        while time.monotonic() < stop:
+            version += 1
+            write(version)
+            writer.refresh()
+
+    thread = threading.Thread(target=keep_refreshing)
+    thread.start()
+    try:
+        while time.monotonic() < stop:
+            try:
+                reader.search("zebra", limit=5)
+                reader.read("f01.md")
+            except CorpusError:
+                pass  # a document caught between versions: a clear answer either way
+            except Exception as exc:
+                failures.append(f"{type(exc).__name__}: {exc}")
+    finally:
+        thread.join()
+        writer.close()
+        reader.close()
+    assert failures == []
+
+
+def test_reading_a_file_too_large_to_index_says_so(tmp_path: Path) -> None:
+    # it said "not indexed yet (newer than the index): refresh the corpus", which never helps
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "small.md").write_text("# Small\n\nfine\n")
+    (root / "big.md").write_text("# Big\n\n" + "word " * (2 * 1024 * 1024))  # 10 MiB
+    corpus = Corpus.open(root, index_path=tmp_path / "index.sqlite")
+    with corpus, pytest.raises(CorpusError, match="over 8 MiB are not indexed"):
+        corpus.read("big.md")
+
+
 def test_the_default_index_lives_under_the_xdg_cache_dir(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
