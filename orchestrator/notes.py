@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ToolError
+from .errors import ConfigurationError, ToolError
 from .messages import is_text
 from .tools import Tool, ToolContext
 
@@ -45,8 +45,15 @@ MAX_NOTE_CHARS = 200_000
 MAX_LISTED = 200
 """``list_notes`` shows at most this many (the newest); ``search_notes`` narrows."""
 MAX_HITS = 20
+READ_PAGE_CHARS = 50_000
+"""``read_note`` returns a long note in pages of this many characters (a whole 200,000-character
+note would be cut by the runtime's result cap, and the model could not ask for the rest)."""
 _SNIPPET_CHARS = 160
-_WORD = re.compile(r"\w+", re.UNICODE)
+_WORD = re.compile(r"[^\W_]+")  # letters and digits, as the docs say (and as the corpus reads)
+_MAX_QUERY_WORDS = 64
+"""Words of a search query used (the LIKE fallback's score is one expression per word, and
+SQLite refuses expressions deeper than 1,000)."""
+_APPLICATION_ID = 0x4E4F5445  # "NOTE": marks a database this module made
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS notes (
@@ -112,10 +119,17 @@ class NoteStore:
     def __init__(self, path: Path | str | None = None, *, use_fts: bool | None = None) -> None:
         self.path = str(path) if path is not None else ":memory:"
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(self.path, check_same_thread=False, timeout=30.0)
-        self._conn.row_factory = sqlite3.Row
-        with self._lock, self._conn:
-            self._conn.executescript(_SCHEMA)
+        try:
+            if path is not None:
+                Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(self.path, check_same_thread=False, timeout=30.0)
+            self._conn.row_factory = sqlite3.Row
+            # the LIKE fallback folds case with Python (SQLite's LIKE folds ASCII only)
+            self._conn.create_function("fold", 1, _fold, deterministic=True)
+            with self._lock, self._conn:
+                _prepare(self._conn, self.path)
+        except (OSError, sqlite3.Error) as exc:
+            raise ConfigurationError(f"notes database {self.path!r}: {exc}") from exc
         self.fts = False
         if use_fts is not False:
             self.fts = self._open_fts(required=bool(use_fts))
@@ -192,8 +206,8 @@ class NoteStore:
         return int(row[0])
 
     def search(self, run_id: str, agent_path: str, query: str, limit: int = MAX_HITS) -> list[Note]:
-        """Visible notes matching any word of ``query``, best first."""
-        words = list(dict.fromkeys(w.lower() for w in _WORD.findall(query)))
+        """Visible notes matching any word of ``query`` (its first 64), best first."""
+        words = query_words(query)
         if not words:
             return []
         if self.fts:
@@ -207,7 +221,7 @@ class NoteStore:
             params: tuple[object, ...] = (match, *_visible_args(run_id, agent_path), limit)
         else:
             # rank by how many words match; the words' own % and _ are escaped, not wildcards
-            term = "(title LIKE ? ESCAPE '\\' OR text LIKE ? ESCAPE '\\')"
+            term = "(fold(title) LIKE ? ESCAPE '\\' OR fold(text) LIKE ? ESCAPE '\\')"
             score = " + ".join([term] * len(words))
             sql = (
                 f"SELECT *, ({score}) AS score FROM notes WHERE {_VISIBLE} AND ({score}) > 0 "
@@ -219,6 +233,32 @@ class NoteStore:
         with self._transaction() as conn:
             rows = conn.execute(sql, params).fetchall()
         return [_note(r) for r in rows]
+
+
+def query_words(query: str) -> list[str]:
+    """The distinct words of a search query, case-folded, at most 64."""
+    return list(dict.fromkeys(w.casefold() for w in _WORD.findall(query)))[:_MAX_QUERY_WORDS]
+
+
+def _fold(value: str | None) -> str | None:
+    return value.casefold() if isinstance(value, str) else value
+
+
+def _prepare(conn: sqlite3.Connection, path: str) -> None:
+    """Create the tables in a new database, accept one this module made; refuse any other
+    (adding tables to someone else's database, or failing later on a foreign ``notes``)."""
+    own = conn.execute("PRAGMA application_id").fetchone()[0] == _APPLICATION_ID
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if not own and tables:
+        columns = {r[1] for r in conn.execute("PRAGMA table_info(notes)")}
+        if not {"id", "run_id", "agent_path", "title", "text", "created_at"} <= columns:
+            raise ConfigurationError(
+                f"notes database {path!r} is another program's SQLite file; "
+                "give notes_tools a path of its own"
+            )
+    conn.executescript(_SCHEMA)
+    if not own:
+        conn.execute(f"PRAGMA application_id = {_APPLICATION_ID}")
 
 
 def _escape_like(word: str) -> str:
@@ -254,10 +294,17 @@ def _owner(note: Note, agent_path: str) -> str:
 
 
 def _snippet(text: str, words: list[str]) -> str:
-    """A one-line excerpt around the first matching word."""
+    """A one-line excerpt around the first matching word (or its stem's start: the index
+    matches "nurseries" for "nursery")."""
     flat = " ".join(text.split())
-    lower = flat.lower()
-    hits = [i for i in (lower.find(w) for w in words) if i >= 0]
+    hits = []
+    for word in words:
+        stem = word if len(word) <= 4 else word[: max(4, len(word) - 3)]
+        found = re.search(re.escape(word), flat, re.IGNORECASE) or re.search(
+            re.escape(stem), flat, re.IGNORECASE
+        )
+        if found:  # positions in the text itself: lower() may change its length ("İ")
+            hits.append(found.start())
     start = max(0, min(hits) - 40) if hits else 0
     piece = flat[start : start + _SNIPPET_CHARS]
     return ("..." if start else "") + piece + ("..." if start + _SNIPPET_CHARS < len(flat) else "")
@@ -324,11 +371,12 @@ def notes_tools(path: Path | str | None = None) -> list[Tool]:
             lines.insert(0, f"(showing the newest {len(notes)} of {total}; use search_notes)")
         return "\n".join(lines)
 
-    def read_note(ctx: ToolContext, note_id: int | str) -> str:
-        """Read one note by id: its title, then its full text.
+    def read_note(ctx: ToolContext, note_id: int | str, start: int = 0) -> str:
+        """Read one note by id: its title, then its text (a long one in pages).
 
         Args:
             note_id: the note's id, as write_note, list_notes or a subagent gave it
+            start: where to start reading, in characters (for the next page of a long note)
         """
         wanted = _parse_id(note_id)
         note = store.get(wanted) if 0 <= wanted < 2**63 else None  # SQLite ids are 64-bit
@@ -340,7 +388,15 @@ def notes_tools(path: Path | str | None = None) -> list[Tool]:
                 f"({ctx.agent_path}) or one of your subagents; an agent can read only its own "
                 "notes and those of its subagents"
             )
-        return f"note {note.id}: {note.title} (by {_owner(note, ctx.agent_path)})\n\n{note.text}"
+        header = f"note {note.id}: {note.title} (by {_owner(note, ctx.agent_path)})"
+        total = len(note.text)
+        if start == 0 and total <= READ_PAGE_CHARS:
+            return f"{header}\n\n{note.text}"
+        if not 0 <= start < total:
+            raise ToolError(f"note {wanted} has {total} characters; start must be 0 to {total - 1}")
+        end = min(total, start + READ_PAGE_CHARS)
+        more = f"; read_note({wanted}, start={end}) for the rest" if end < total else ""
+        return f"{header} [characters {start}-{end} of {total}{more}]\n\n{note.text[start:end]}"
 
     def search_notes(ctx: ToolContext, query: str) -> str:
         """Search the notes you can read (yours and your subagents') by words.
@@ -350,7 +406,7 @@ def notes_tools(path: Path | str | None = None) -> list[Tool]:
         Args:
             query: words to look for (a note matching more of them ranks higher)
         """
-        words = list(dict.fromkeys(w.lower() for w in _WORD.findall(query)))
+        words = query_words(query)
         if not words:
             raise ToolError("search_notes needs at least one word to look for")
         hits = store.search(ctx.run_id, ctx.agent_path, query)

@@ -241,7 +241,9 @@ def test_like_search_escapes_wildcards() -> None:
     store.write("r", "lead", "snake", "snake_case names")
     store.write("r", "lead", "camel", "snakeXcase names")
     assert [n.id for n in store.search("r", "lead", "100%")] == [1, 2]  # the word "100" matches
-    assert [n.id for n in store.search("r", "lead", "snake_case")] == [3]
+    # words are letters and digits (as the FTS index reads them): "_" separates, never a wildcard
+    assert [n.id for n in store.search("r", "lead", "snake_case")] == [3, 4]
+    assert store.search("r", "lead", "_") == []
 
 
 def test_search_tool_lists_id_title_owner_and_an_excerpt() -> None:
@@ -566,3 +568,70 @@ async def test_runs_sharing_a_toolset_do_not_see_each_others_notes(tmp_path: Pat
     first = await run(agent, "run one", run_id="one")
     second = await run(agent, "run two", run_id="two")
     assert (first.output, second.output) == ("1: run one (1 chars)", "2: run two (1 chars)")
+
+
+# --------------------------------------------------------------------------------------------
+# Found by a probe: long notes, the LIKE fallback, snippets, database files
+
+
+def test_a_note_longer_than_a_page_is_read_in_pages_to_its_end() -> None:
+    # a 189,000-character note came back cut by the runtime's 100,000-character result cap,
+    # whose marker asked for "a narrower range" that read_note had no way to give
+    from orchestrator.notes import READ_PAGE_CHARS
+
+    t = by_name(notes_tools())
+    body = "".join(f"line {i:06d}\n" for i in range(17_000))[:MAX_NOTE_CHARS]
+    t["write_note"].fn(ctx("lead"), "Big", body)
+    read, start = "", 0
+    while True:
+        page = t["read_note"].fn(ctx("lead"), 1, start)
+        header, _, chunk = page.partition("\n\n")
+        assert len(chunk) <= READ_PAGE_CHARS and f"of {len(body)}" in header
+        read += chunk
+        found = re.search(r"start=(\d+)", header)
+        if found is None:
+            break
+        start = int(found.group(1))
+    assert read == body
+    with pytest.raises(ToolError, match="start must be"):
+        t["read_note"].fn(ctx("lead"), 1, len(body))
+
+
+def test_the_like_fallback_folds_case_beyond_ascii_and_takes_long_queries() -> None:
+    store = NoteStore(use_fts=False)
+    store.write("r", "lead", "Preise", "Über Ärger und Ölpreise")
+    for query in ("Ärger", "ärger", "ÜBER", "ölpreise"):
+        assert [n.id for n in store.search("r", "lead", query)] == [1], query
+    long_query = " ".join(f"w{i}" for i in range(2_000)) + " ärger"  # 997 words crashed
+    assert [n.id for n in store.search("r", "lead", long_query)] == []  # the first 64 words
+    assert [n.id for n in store.search("r", "lead", "ärger " + long_query)] == [1]
+
+
+def test_a_search_excerpt_shows_the_match_even_after_characters_lower_lengthens() -> None:
+    t = by_name(notes_tools())
+    t["write_note"].fn(ctx("lead"), "Odd", "İ" * 300 + " the needle is here")
+    t["write_note"].fn(ctx("lead"), "Stem", "x " * 200 + "nurseries keep tasks")
+    hits = t["search_notes"].fn(ctx("lead"), "needle").splitlines()
+    assert "needle" in hits[0]
+    assert "nurseries" in t["search_notes"].fn(ctx("lead"), "nursery")
+
+
+def test_a_notes_path_in_a_new_folder_is_created_and_a_foreign_database_refused(
+    tmp_path: Path,
+) -> None:
+    from orchestrator import ConfigurationError
+
+    store = NoteStore(tmp_path / "deep" / "er" / "notes.sqlite")  # the folder did not exist
+    store.write("r", "lead", "t", "x")
+    store.close()
+    again = NoteStore(tmp_path / "deep" / "er" / "notes.sqlite")  # ours: opened as it is
+    assert again.get(1) is not None
+    again.close()
+    foreign = tmp_path / "app.sqlite"
+    with sqlite3.connect(foreign) as conn:
+        conn.execute("CREATE TABLE users (name TEXT)")
+    with pytest.raises(ConfigurationError, match="another program's SQLite file"):
+        NoteStore(foreign)
+    with sqlite3.connect(foreign) as conn:  # left alone: no notes tables added
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    assert names == {"users"}
