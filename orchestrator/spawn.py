@@ -311,17 +311,21 @@ def _add_spawn_tool(node: AgentNode, run: RunState) -> None:
         node.spawns = SpawnBook()
 
 
-@functools.lru_cache(maxsize=256)
 def build_spawn_tool(subagents: tuple[Agent, ...]) -> Tool:
     """The ``spawn_subagent`` tool for an agent with these subagents.
 
-    Built once per set of definitions and shared by every run (building the schema takes ~5 ms):
-    the tool is stateless, since the run and the parent come from the call's context, and
-    definitions are immutable (the cache holds them by identity).
+    Built once per set of names and descriptions and shared by every run (building the schema
+    takes ~5 ms): the tool is stateless, since the run, the parent and the definitions come from
+    the call's context. The cache holds only that text, never the definitions: an application
+    building a tree per request (tools closing over a session, a user's key) keeps nothing of it.
     """
     names = tuple(a.name for a in subagents)
     listing = "\n".join(f"- {a.name}: {a.description or a.instructions[:200]}" for a in subagents)
+    return _spawn_tool_for(names, listing)
 
+
+@functools.lru_cache(maxsize=256)
+def _spawn_tool_for(names: tuple[str, ...], listing: str) -> Tool:
     async def spawn_subagent(
         ctx: ToolContext, agent: str, task: str, tools: list[str] | None = None
     ) -> str:

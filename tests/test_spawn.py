@@ -985,6 +985,40 @@ def test_the_spawn_tool_is_built_once_per_set_of_definitions_and_reflects_them()
     assert "skims pages" in other.description and "reads pages" in first.description
 
 
+class _Session:
+    """What an application's tool may close over: a database session, a user's key."""
+
+
+def _tree_for_one_request(session: _Session) -> tuple[Agent, Script]:
+    @tool
+    def lookup(q: str) -> str:
+        """Look up."""
+        return type(session).__name__
+
+    worker = Agent("worker", "Work.", description="works", tools=[lookup])
+    script = Script({"lead": [spawn("worker", "job"), text("done")], "worker": [text("ok")]})
+    return Agent("lead", "Lead.", subagents=[worker], model=script.model), script
+
+
+def test_a_tree_built_per_request_is_not_kept_alive_by_the_spawn_tool_cache() -> None:
+    # the cache held the last 256 subagent sets with their tools' closures: an app building a
+    # tree per request (a tool closing over a session or a user's key) kept ~256 of them alive
+    import gc
+    import weakref
+
+    from orchestrator import run_sync
+
+    alive: list[weakref.ref[_Session]] = []
+    for _ in range(5):
+        session = _Session()
+        alive.append(weakref.ref(session))
+        lead, script = _tree_for_one_request(session)
+        assert run_sync(lead, "go").status is RunStatus.COMPLETED
+        del session, lead, script
+    gc.collect()
+    assert [r() for r in alive] == [None] * 5
+
+
 async def test_a_tool_use_id_used_again_in_a_later_turn_still_starts_a_new_number() -> None:
     """Paths must stay unique even when a script or a provider repeats a tool_use id."""
     worker = Agent("worker", "Work.", description="works")
