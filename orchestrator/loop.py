@@ -268,6 +268,8 @@ class AgentNode:
     spawns: Any = None
     """Bookkeeping of the spawn tool (spawn.SpawnBook), for nodes holding it: the loop tells it
     which calls the policy declined and when EXECUTE ends."""
+    ask_order: _AskInOrder | None = None
+    """During an EXECUTE with several calls to confirm: asks the approver in call order."""
     context: ContextPolicy = field(default_factory=ContextPolicy)
     turn_log: list[TurnContext] = field(default_factory=list)
     parent: AgentNode | None = None
@@ -989,10 +991,12 @@ async def _execute(
         if len(calls) == 1:
             await _call_one(node, run, 0, calls[0], results)
         else:
+            node.ask_order = _AskInOrder.for_calls(node, calls)
             async with trio.open_nursery() as nursery:
                 for i, call in enumerate(calls):
                     nursery.start_soon(_call_one, node, run, i, call, results)
     finally:
+        node.ask_order = None
         if node.spawns is not None:  # allowances taken for this step's spawns and not used
             node.spawns.end_step(node)
     node.in_flight = None
@@ -1021,17 +1025,8 @@ async def _call_one(
         refused_as = "refused"
         if held is not None and decision is Decision.ALLOW:
             refusal = None  # the common case, without building the approver's view of the call
-        elif (
-            held is not None
-            and decision is Decision.CONFIRM
-            and isinstance(problem := arguments_of(held, call), str)
-        ):
-            refusal, refused_as = problem, "invalid_arguments"  # no approver asked about it
         else:
-            pending = PendingCall(call.name, call.input, call.id, node.agent.name, node.path)
-            refusal = await node.policy.check(
-                pending, frozenset(node.tools), one_at_a_time=run.approvals
-            )
+            refusal, refused_as = await _screen(node, run, index, call, held, decision)
         if refusal is not None:
             result = error_result(call.id, refusal, node.runtime.max_result_chars, refused_as)
             if node.spawns is not None:  # a declined spawn's agent allowance goes back now
@@ -1071,6 +1066,67 @@ async def _call_one(
             spans.record_tool_result(s, result, run.capture)
         if run.events.enabled:
             run.events.emit(ToolFinished(node.path, call.name, call.id, result.is_error))
+
+
+async def _screen(
+    node: AgentNode,
+    run: RunState,
+    index: int,
+    call: ToolUseBlock,
+    held: Tool | None,
+    decision: Decision,
+) -> tuple[str | None, str]:
+    """A call the policy does not simply allow: its refusal and error type, or ``None``.
+
+    Arguments are validated before any approver is asked (DESIGN's order); when several calls
+    of the turn need approval they are asked in call order, whatever order they started in.
+    """
+    order = node.ask_order if decision is Decision.CONFIRM else None
+    try:
+        if order is not None:
+            await order.wait_turn(index)
+        if (
+            held is not None
+            and decision is Decision.CONFIRM
+            and isinstance(problem := arguments_of(held, call), str)
+        ):
+            return problem, "invalid_arguments"  # no approver asked about it
+        pending = PendingCall(call.name, call.input, call.id, node.agent.name, node.path)
+        refusal = await node.policy.check(
+            pending, frozenset(node.tools), one_at_a_time=run.approvals
+        )
+        return refusal, "refused"
+    finally:
+        if order is not None:
+            order.done(index)
+
+
+class _AskInOrder:
+    """The approvals one turn's calls need, asked in call order: its calls run as tasks of one
+    nursery, which trio starts in no set order, and a person at a terminal (or an approver
+    keeping count) must see them as the model wrote them."""
+
+    def __init__(self, indices: list[int]) -> None:
+        self._before = dict(zip(indices[1:], indices, strict=False))
+        self._asked = {i: trio.Event() for i in indices}
+
+    @classmethod
+    def for_calls(cls, node: AgentNode, calls: list[ToolUseBlock]) -> _AskInOrder | None:
+        confirm = [
+            i
+            for i, call in enumerate(calls)
+            if call.name in node.tools and node.policy.decide(call.name) is Decision.CONFIRM
+        ]
+        return cls(confirm) if len(confirm) > 1 else None
+
+    async def wait_turn(self, index: int) -> None:
+        before = self._before.get(index)
+        if before is not None:
+            await self._asked[before].wait()
+
+    def done(self, index: int) -> None:
+        if index in self._asked:
+            self._asked[index].set()
 
 
 def make_runtime(node_limits: Limits, run: RunState) -> ToolRuntime:

@@ -499,6 +499,29 @@ async def test_an_approver_edits_its_own_copy_of_the_calls_input() -> None:
     assert result.messages[1].tool_uses[0].input == {"path": "n.txt", "content": "keep"}
 
 
+async def test_parallel_calls_are_put_to_the_approver_in_the_order_the_model_wrote_them() -> None:
+    # trio starts a turn's calls in no set order: the questions came in call order in some
+    # runs and reversed in others; a person at a terminal (or an approver keeping count) must
+    # see them as written. A call with invalid arguments in between holds nothing up.
+    for _ in range(12):
+        asked: list[str] = []
+        ran: list[str] = []
+
+        def approve(pending: PendingCall, asked: list[str] = asked) -> bool:
+            asked.append(pending.input["path"])
+            return True
+
+        calls = [tool_call("delete", {"path": f"f{i}"}) for i in range(5)]
+        calls.insert(2, tool_call("delete", {"path": 7}))  # invalid: refused, not asked
+        model = ScriptedModel([calls, text("done")])
+        policy = Policy(rules={"delete": "confirm"}, approver=approve)
+        agent = Agent("a", "x", tools=[delete_tool(ran)], policy=policy, model=model)
+        result = await run(agent, "go")
+        assert result.status is RunStatus.COMPLETED
+        assert asked == ["f0", "f1", "f2", "f3", "f4"]
+        assert sorted(ran) == asked
+
+
 async def test_an_approver_is_not_asked_about_a_call_with_invalid_arguments() -> None:
     asked: list[PendingCall] = []
 
