@@ -425,7 +425,8 @@ class Corpus:
         try:
             yield
         finally:
-            self._conn.execute("COMMIT")
+            if self._conn.in_transaction:  # (an SQLite error may have rolled it back)
+                self._conn.execute("COMMIT")
 
     def _check_id(self, doc_id: str) -> str:
         """Refuse ids that could name something outside the corpus; return the normalized id."""
@@ -490,7 +491,7 @@ class Corpus:
             if on_disk.is_file() and on_disk.suffix.lower() not in FOLDER_SUFFIXES:
                 kinds = ", ".join(sorted(FOLDER_SUFFIXES))
                 return f"{doc!r} is not part of the corpus: only {kinds} files are indexed"
-            if on_disk.is_file() and on_disk.stat().st_size > MAX_FILE_BYTES:
+            if on_disk.is_file() and _size(on_disk) > MAX_FILE_BYTES:
                 return (
                     f"{doc!r} is not part of the corpus: files over {MAX_FILE_BYTES // 2**20} MiB "
                     "are not indexed"
@@ -501,6 +502,14 @@ class Corpus:
                 )
             example = "ids are paths relative to the corpus root, like 'guide/intro.md#setup'"
         return f"no document {doc_id!r} in this corpus: use search to find ids ({example})"
+
+
+def _size(path: Path) -> int:
+    """The file's size, 0 if it went away meanwhile."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 # -- the index file ------------------------------------------------------------------------------

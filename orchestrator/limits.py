@@ -38,9 +38,9 @@ TREE_WIDE_FIELDS = ("timeout", "token_budget", "cost_budget_usd", "max_agents", 
 class Limits:
     """Bounds for an agent, a subtree or a run. ``None`` means "inherit".
 
-    ``max_turns``: turns per agent (model replies the loop acts on; a compaction summary and
-    the one retry of a tool call cut by ``max_tokens`` are extra calls, so an agent makes at
-    most about twice as many model calls; ``token_budget`` bounds them all). ``timeout``:
+    ``max_turns``: turns per agent (model replies the loop acts on; compaction summaries and
+    the one retry of a tool call cut by ``max_tokens`` are extra calls, a few per turn at
+    worst; ``token_budget`` bounds them all). ``timeout``:
     seconds for the run (or the agent's
     subtree). ``token_budget`` / ``cost_budget_usd``: billed tokens / dollars for the tree.
     ``max_depth``: the deepest depth a child may have (the root is 0). ``max_children``: spawns

@@ -128,7 +128,12 @@ class NoteStore:
             self._conn.create_function("fold", 1, _fold, deterministic=True)
             with self._lock, self._conn:
                 _prepare(self._conn, self.path)
-        except (OSError, sqlite3.Error) as exc:
+        except (OSError, sqlite3.Error, ConfigurationError) as exc:
+            conn = getattr(self, "_conn", None)
+            if conn is not None:
+                conn.close()
+            if isinstance(exc, ConfigurationError):
+                raise
             raise ConfigurationError(f"notes database {self.path!r}: {exc}") from exc
         self.fts = False
         if use_fts is not False:
@@ -227,7 +232,9 @@ class NoteStore:
                 f"SELECT *, ({score}) AS score FROM notes WHERE {_VISIBLE} AND ({score}) > 0 "
                 "ORDER BY score DESC, id LIMIT ?"
             )
-            patterns = [f"%{_escape_like(w)}%" for w in words]
+            # fold() on both sides: casefold, which the FTS branch must not use ("straße" is
+            # indexed as "straße", its casefold is "strasse")
+            patterns = [f"%{_escape_like(w.casefold())}%" for w in words]
             pairs = [p for pattern in patterns for p in (pattern, pattern)]
             params = (*pairs, *_visible_args(run_id, agent_path), *pairs, limit)
         with self._transaction() as conn:
@@ -236,8 +243,8 @@ class NoteStore:
 
 
 def query_words(query: str) -> list[str]:
-    """The distinct words of a search query, case-folded, at most 64."""
-    return list(dict.fromkeys(w.casefold() for w in _WORD.findall(query)))[:_MAX_QUERY_WORDS]
+    """The distinct words of a search query, lowercased (as the FTS index does), at most 64."""
+    return list(dict.fromkeys(w.lower() for w in _WORD.findall(query)))[:_MAX_QUERY_WORDS]
 
 
 def _fold(value: str | None) -> str | None:
@@ -247,17 +254,19 @@ def _fold(value: str | None) -> str | None:
 def _prepare(conn: sqlite3.Connection, path: str) -> None:
     """Create the tables in a new database, accept one this module made; refuse any other
     (adding tables to someone else's database, or failing later on a foreign ``notes``)."""
-    own = conn.execute("PRAGMA application_id").fetchone()[0] == _APPLICATION_ID
+    app = conn.execute("PRAGMA application_id").fetchone()[0]
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    if not own and tables:
-        columns = {r[1] for r in conn.execute("PRAGMA table_info(notes)")}
-        if not {"id", "run_id", "agent_path", "title", "text", "created_at"} <= columns:
-            raise ConfigurationError(
-                f"notes database {path!r} is another program's SQLite file; "
-                "give notes_tools a path of its own"
-            )
+    columns = {r[1] for r in conn.execute("PRAGMA table_info(notes)")}
+    ours = app == _APPLICATION_ID or (  # or a notes file written before files were marked
+        app == 0 and {"id", "run_id", "agent_path", "title", "text", "created_at"} <= columns
+    )
+    if not ours and (tables or app):
+        raise ConfigurationError(
+            f"notes database {path!r} is another program's SQLite file; "
+            "give notes_tools a path of its own"
+        )
     conn.executescript(_SCHEMA)
-    if not own:
+    if not tables:  # a new database: marked as ours (never someone else's, never re-marked)
         conn.execute(f"PRAGMA application_id = {_APPLICATION_ID}")
 
 
@@ -293,19 +302,19 @@ def _owner(note: Note, agent_path: str) -> str:
     return "you" if note.agent_path == agent_path else note.agent_path
 
 
-def _snippet(text: str, words: list[str]) -> str:
-    """A one-line excerpt around the first matching word (or its stem's start: the index
-    matches "nurseries" for "nursery")."""
+def _matcher(words: list[str]) -> re.Pattern[str]:
+    """One pattern for a query's words and their stems' starts (the index matches
+    "nurseries" for "nursery"), searched in the text itself: lower() may change a text's
+    length ("İ"), so positions found in a lowered copy can miss the word."""
+    stems = {w if len(w) <= 4 else w[: max(4, len(w) - 3)] for w in words}
+    return re.compile("|".join(re.escape(w) for w in sorted(stems, key=len)), re.IGNORECASE)
+
+
+def _snippet(text: str, matcher: re.Pattern[str]) -> str:
+    """A one-line excerpt around the first match."""
     flat = " ".join(text.split())
-    hits = []
-    for word in words:
-        stem = word if len(word) <= 4 else word[: max(4, len(word) - 3)]
-        found = re.search(re.escape(word), flat, re.IGNORECASE) or re.search(
-            re.escape(stem), flat, re.IGNORECASE
-        )
-        if found:  # positions in the text itself: lower() may change its length ("İ")
-            hits.append(found.start())
-    start = max(0, min(hits) - 40) if hits else 0
+    found = matcher.search(flat)
+    start = max(0, found.start() - 40) if found else 0
     piece = flat[start : start + _SNIPPET_CHARS]
     return ("..." if start else "") + piece + ("..." if start + _SNIPPET_CHARS < len(flat) else "")
 
@@ -371,12 +380,15 @@ def notes_tools(path: Path | str | None = None) -> list[Tool]:
             lines.insert(0, f"(showing the newest {len(notes)} of {total}; use search_notes)")
         return "\n".join(lines)
 
-    def read_note(ctx: ToolContext, note_id: int | str, start: int = 0) -> str:
+    def read_note(
+        ctx: ToolContext, note_id: int | str, start: int = 0, length: int = READ_PAGE_CHARS
+    ) -> str:
         """Read one note by id: its title, then its text (a long one in pages).
 
         Args:
             note_id: the note's id, as write_note, list_notes or a subagent gave it
             start: where to start reading, in characters (for the next page of a long note)
+            length: at most this many characters (a smaller page, if a page came back cut)
         """
         wanted = _parse_id(note_id)
         note = store.get(wanted) if 0 <= wanted < 2**63 else None  # SQLite ids are 64-bit
@@ -390,11 +402,12 @@ def notes_tools(path: Path | str | None = None) -> list[Tool]:
             )
         header = f"note {note.id}: {note.title} (by {_owner(note, ctx.agent_path)})"
         total = len(note.text)
-        if start == 0 and total <= READ_PAGE_CHARS:
+        page = max(1, min(length, READ_PAGE_CHARS))
+        if start == 0 and total <= page:
             return f"{header}\n\n{note.text}"
         if not 0 <= start < total:
             raise ToolError(f"note {wanted} has {total} characters; start must be 0 to {total - 1}")
-        end = min(total, start + READ_PAGE_CHARS)
+        end = min(total, start + page)
         more = f"; read_note({wanted}, start={end}) for the rest" if end < total else ""
         return f"{header} [characters {start}-{end} of {total}{more}]\n\n{note.text[start:end]}"
 
@@ -410,12 +423,13 @@ def notes_tools(path: Path | str | None = None) -> list[Tool]:
         if not words:
             raise ToolError("search_notes needs at least one word to look for")
         hits = store.search(ctx.run_id, ctx.agent_path, query)
+        matcher = _matcher(words)
         if not hits:
             return f"(no notes match {query!r})"
         return "\n".join(
             f"{n.id}: {n.title}"
             + (f" (by {n.agent_path})" if n.agent_path != ctx.agent_path else "")
-            + f" - {_snippet(n.text, words)}"
+            + f" - {_snippet(n.text, matcher)}"
             for n in hits
         )
 

@@ -635,3 +635,52 @@ def test_a_notes_path_in_a_new_folder_is_created_and_a_foreign_database_refused(
     with sqlite3.connect(foreign) as conn:  # left alone: no notes tables added
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
     assert names == {"users"}
+
+
+def test_the_index_finds_words_whose_casefold_differs_from_their_lowercase() -> None:
+    # the FTS index lowercases; casefolded query words ("strasse") missed "Straße"
+    store = NoteStore()
+    store.write("r", "lead", "Adresse", "Die Straße ist lang")
+    for query in ("Straße", "straße"):
+        assert [n.id for n in store.search("r", "lead", query)] == [1], query
+
+
+def test_a_page_smaller_than_the_default_reads_a_note_to_its_end() -> None:
+    # with a result cap under one page, the runtime cut the page and the header's next start
+    # skipped what was cut: a smaller page is asked for with `length`
+    t = by_name(notes_tools())
+    body = "".join(f"line {i:06d}\n" for i in range(6_000))  # 72,000 characters
+    t["write_note"].fn(ctx("lead"), "Big", body)
+    read, start = "", 0
+    while True:
+        page = t["read_note"].fn(ctx("lead"), 1, start, 20_000)
+        header, _, chunk = page.partition("\n\n")
+        assert len(chunk) <= 20_000
+        read += chunk
+        found = re.search(r"start=(\d+)", header)
+        if found is None:
+            break
+        start = int(found.group(1))
+    assert read == body
+
+
+def test_another_programs_application_id_is_refused_not_overwritten(tmp_path: Path) -> None:
+    from orchestrator import ConfigurationError
+
+    marked = tmp_path / "marked.sqlite"
+    with sqlite3.connect(marked) as conn:
+        conn.execute("PRAGMA application_id = 1234")
+    with pytest.raises(ConfigurationError, match="another program's"):
+        NoteStore(marked)
+    with sqlite3.connect(marked) as conn:
+        assert conn.execute("PRAGMA application_id").fetchone()[0] == 1234
+    shared = tmp_path / "app.sqlite"  # an application's file that holds a notes table too
+    with sqlite3.connect(shared) as conn:
+        conn.execute("CREATE TABLE users (name TEXT)")
+    NoteStore(tmp_path / "mine.sqlite").close()
+    with sqlite3.connect(tmp_path / "mine.sqlite") as mine, sqlite3.connect(shared) as app:
+        (schema,) = mine.execute("SELECT sql FROM sqlite_master WHERE name = 'notes'").fetchone()
+        app.execute(schema)
+    NoteStore(shared).close()  # a notes file from before files were marked: opened as it is
+    with sqlite3.connect(shared) as conn:
+        assert conn.execute("PRAGMA application_id").fetchone()[0] == 0
