@@ -574,6 +574,20 @@ async def test_runs_sharing_a_toolset_do_not_see_each_others_notes(tmp_path: Pat
 # Found by a probe: long notes, the LIKE fallback, snippets, database files
 
 
+def read_in_pages(read_note: Tool, note_id: int, length: int) -> str:
+    """A note's whole text, page after page as the headers say, each at most ``length``."""
+    text, start = "", 0
+    while True:
+        page = read_note.fn(ctx("lead"), note_id, start, length)
+        header, _, chunk = page.partition("\n\n")
+        assert len(chunk) <= length, header
+        text += chunk
+        found = re.search(r"start=(\d+)", header)
+        if found is None:
+            return text
+        start = int(found.group(1))
+
+
 def test_a_note_longer_than_a_page_is_read_in_pages_to_its_end() -> None:
     # a 189,000-character note came back cut by the runtime's 100,000-character result cap,
     # whose marker asked for "a narrower range" that read_note had no way to give
@@ -582,17 +596,7 @@ def test_a_note_longer_than_a_page_is_read_in_pages_to_its_end() -> None:
     t = by_name(notes_tools())
     body = "".join(f"line {i:06d}\n" for i in range(17_000))[:MAX_NOTE_CHARS]
     t["write_note"].fn(ctx("lead"), "Big", body)
-    read, start = "", 0
-    while True:
-        page = t["read_note"].fn(ctx("lead"), 1, start)
-        header, _, chunk = page.partition("\n\n")
-        assert len(chunk) <= READ_PAGE_CHARS and f"of {len(body)}" in header
-        read += chunk
-        found = re.search(r"start=(\d+)", header)
-        if found is None:
-            break
-        start = int(found.group(1))
-    assert read == body
+    assert read_in_pages(t["read_note"], 1, READ_PAGE_CHARS) == body
     with pytest.raises(ToolError, match="start must be"):
         t["read_note"].fn(ctx("lead"), 1, len(body))
 
@@ -651,17 +655,7 @@ def test_a_page_smaller_than_the_default_reads_a_note_to_its_end() -> None:
     t = by_name(notes_tools())
     body = "".join(f"line {i:06d}\n" for i in range(6_000))  # 72,000 characters
     t["write_note"].fn(ctx("lead"), "Big", body)
-    read, start = "", 0
-    while True:
-        page = t["read_note"].fn(ctx("lead"), 1, start, 20_000)
-        header, _, chunk = page.partition("\n\n")
-        assert len(chunk) <= 20_000
-        read += chunk
-        found = re.search(r"start=(\d+)", header)
-        if found is None:
-            break
-        start = int(found.group(1))
-    assert read == body
+    assert read_in_pages(t["read_note"], 1, 20_000) == body
 
 
 def test_another_programs_application_id_is_refused_not_overwritten(tmp_path: Path) -> None:
