@@ -223,6 +223,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     # (the option, or the variable set on purpose) must exist, or every search would fail
     # and the run would still "complete"
     if args.corpus is not None:
+        if not args.corpus.strip():  # an unset $DOCS: Path("") is the current folder
+            raise UsageError("--corpus: empty path; name a folder")
         corpus = Path(args.corpus)
         if not corpus.is_dir():
             raise UsageError(f"--corpus: no such folder: {corpus}")

@@ -80,21 +80,25 @@ def corpus_tools(root: Path | str | None = None, *, index_path: Path | None = No
         return "\n".join(f"[{h.id}] {h.title}\n    {h.snippet}" for h in hits)
 
     @tool(idempotent=True)
-    def read(doc_id: str) -> str:
+    def read(doc_id: str, start: int = 0) -> str:
         """Read a document, or one section of it (``id#section``), by the id search gave.
 
         Args:
             doc_id: A document id from search, such as ``topic:for`` or ``stdlib:json#loads``.
+            start: Where to start, in characters (for the rest of a long text).
         """
         try:
-            doc = corpus().read(doc_id, max_chars=READ_CHARS)
+            doc = corpus().read(doc_id)
         except CorpusError as exc:
             raise ToolError(str(exc)) from None
-        parts = [f"# {doc.title} [{doc.id}]", "", doc.text]
-        if doc.truncated:
-            parts.append(
-                f"\n[truncated at {READ_CHARS} of {doc.total_chars} characters; read a section instead]"
-            )
+        total = len(doc.text)
+        if not 0 <= start < max(total, 1):
+            raise ToolError(f"{doc.id} has {total} characters; start must be 0 to {total - 1}")
+        end = min(total, start + READ_CHARS)
+        parts = [f"# {doc.title} [{doc.id}]", "", doc.text[start:end]]
+        if start or end < total:  # a long text: its pages, the way to the next
+            rest = f"; read({doc.id!r}, start={end}) for the rest" if end < total else ""
+            parts.append(f"\n[characters {start}-{end} of {total}{rest}]")
         if doc.sections:
             parts.append("\n[sections: " + ", ".join(doc.sections[:40]) + "]")
         return "\n".join(parts)

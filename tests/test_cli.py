@@ -388,6 +388,13 @@ def test_an_orchestrator_corpus_that_is_not_a_folder_is_a_one_line_error(work: P
     assert "ORCHESTRATOR_CORPUS" in line and "missing" in line
 
 
+def test_an_empty_corpus_option_is_refused_not_taken_for_the_current_folder(work: Path) -> None:
+    # `--corpus "$DOCS"` with DOCS unset: Path("") is ".", and the whole working folder (a
+    # home directory, say) was walked and indexed
+    line = one_line_error(orchestrator(work, "run", "agents.py", "go", "--corpus", ""))
+    assert "--corpus" in line and "empty" in line
+
+
 def test_a_file_that_raises_on_import_is_a_one_line_error(work: Path) -> None:
     (work / "bad.py").write_text("import os\n\nraise ValueError('boom at import')\n")
     line = one_line_error(orchestrator(work, "run", "bad.py", "go"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import enum
+import re
 import uuid
 from pathlib import Path
 from typing import Annotated, Literal
@@ -428,3 +429,64 @@ def test_a_search_that_finds_nothing_says_how_many_files_were_not_indexed(
     search, _ = corpus_tools(root, index_path=tmp_path / "index.sqlite")
     answer = search.fn(query="zanzibar")
     assert "No documents match" in answer and "1 file of the folder is not indexed" in answer
+
+
+# -- found by a probe: file names, words of other scripts, long sections ---------------------------
+
+
+async def test_files_named_with_spaces_or_brackets_are_read_and_cited(tmp_path: Path) -> None:
+    # the hit parser stopped an id at a space or a "]": such files were found, never read
+    root = tmp_path / "docs"
+    (root / "guide").mkdir(parents=True)
+    (root / "guide" / "warranty notes (v2).txt").write_text(
+        "Warranty\n\nThe warranty covers parts and labour for two years after purchase.\n"
+    )
+    (root / "notes[1].md").write_text(
+        "# Feeding\n\nFeed your ferret twice a day with food made for ferrets.\n"
+    )
+    tree = research_tree(root, tmp_path / "index.sqlite")
+    for question, doc_id in (
+        ("What does the warranty cover?", "guide/warranty notes (v2).txt"),
+        ("How often should I feed my ferret?", "notes[1].md"),
+    ):
+        result = await run(tree, question)
+        assert result.status is RunStatus.COMPLETED
+        assert doc_id in read_ids(result), (question, read_ids(result))
+        assert f"[{doc_id}]" in result.output, result.output
+
+
+async def test_words_with_accents_are_searched_whole(tmp_path: Path) -> None:
+    # "sécurité" was searched as "curit", "Größe" as "gr": nothing was found
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "securite.md").write_text(
+        "# Sécurité\n\nLa sécurité du réseau repose sur un pare-feu bien configuré.\n"
+    )
+    assert search_query("Qu'est-ce que la sécurité ?").endswith("sécurité")
+    result = await run(research_tree(root, tmp_path / "index.sqlite"), "sécurité du réseau")
+    assert "securite.md" in read_ids(result), result.output
+
+
+def test_a_long_section_is_read_to_its_end_in_pages(tmp_path: Path) -> None:
+    # a section indexed in parts of up to 16,000 characters was read only to 6,000: the text
+    # search showed could not be reached
+    from orchestrator.research_tools import READ_CHARS
+
+    root = tmp_path / "docs"
+    root.mkdir()
+    body = " ".join(f"Sentence number {i} about the descaler." for i in range(300))
+    (root / "manual.md").write_text(f"# Maintenance\n\n{body} Replace the cartridge yearly.\n")
+    _, read = corpus_tools(root, index_path=tmp_path / "index.sqlite")
+    text, start = "", 0
+    while True:
+        page = read.fn("manual.md", start)
+        _, _, rest = page.partition("\n\n")
+        chunk, _, marker = rest.rpartition("\n\n[characters ")
+        chunk = chunk if marker else rest
+        assert len(chunk) <= READ_CHARS
+        text += chunk
+        found = re.search(r"start=(\d+)", marker)
+        if found is None:
+            break
+        start = int(found.group(1))
+    assert "Replace the cartridge yearly." in text and text.count("Sentence number") == 300

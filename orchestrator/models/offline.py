@@ -49,11 +49,13 @@ MIN_SHARE = 0.7  # below this share of the best score, a passage may not bring i
 PASSAGE_CHARS = 420  # a passage grows sentence by sentence up to this many characters
 SENTENCE_CHARS = 480  # a longer first sentence is cut at a word boundary and marked with "..."
 
-_WORD = re.compile(r"[A-Za-z0-9_]+")
-_PART = re.compile(r"[A-Za-z0-9]+")
-_ID_LINE = re.compile(r"^\[([^\]\s]+)\]", re.MULTILINE)
+# words of any script ("sécurité", "Größe"), as the corpus reads them; identifiers keep "_"
+_WORD = re.compile(r"\w+")
+_PART = re.compile(r"[^\W_]+")
+# a hit's id runs to the "]" that ends it: a file name may hold spaces and brackets
+_ID_LINE = re.compile(r"^\[(.+?)\](?=\s|$)", re.MULTILINE)
 _ID_CITE = re.compile(
-    r"\[([a-z]+:[^\]\s]+|[^\]\s]+\.(?:md|markdown|txt|rst|html?)(?:#[^\]\s]*)?)\]"
+    r"\[([a-z]+:[^\]\s]+|[^\]\n]+?\.(?:md|markdown|txt|rst|html?)(?:#[^\]\n]*)?)\]"
 )
 _LEAD_IN = "What the documents say about"
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(*`])")
@@ -510,7 +512,7 @@ class OfflineModel:
                 for line in r.content.splitlines()
                 if not line.startswith(("Sources:", _LEAD_IN))
             )
-            sections.append(f"\n## {sub.rstrip('?')}?\n{body.strip()}")
+            sections.append(f"\n## {sub.rstrip('?？ ')}?\n{body.strip()}")
             sources.extend(_ID_CITE.findall(body))
         spawned = [str(c.input.get("task", "")) for c in calls if c.name == SPAWN]
         parts = split_question(task, limit=None)
