@@ -199,6 +199,14 @@ def test_keywords_and_search_query_drop_question_words() -> None:
             "How do lists, tuples and sets work?",
             ["How do lists work", "How do tuples work", "How do sets work"],
         ),
+        (  # statements named by their keyword are names too (one researcher answered all)
+            "How do the with statement, the for loop and the try statement work?",
+            [
+                "How do the with statement work",
+                "How do the for loop work",
+                "How do the try statement work",
+            ],
+        ),
         # comparisons, and lists that are not what the question is about, stay whole
         ("How do lists, tuples and sets differ?", ["How do lists, tuples and sets differ"]),
         (

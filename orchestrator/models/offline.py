@@ -212,7 +212,13 @@ def _split_list(part: str) -> list[str] | None:
         return None
     for item in items:
         words = [w.lower() for w in item.split() if w.lower() not in _DETERMINERS]
-        if not words or len(words) > 3 or any(w in _STOP for w in words) or not keywords(item):
+        named = set(keywords(item))  # keeps a function word used as a name ("the with statement")
+        if (
+            not words
+            or len(words) > 3
+            or not named
+            or any(w in _STOP and w not in named for w in words)
+        ):
             return None
     return [f"{pre}{item}{post}" for item in items]
 
