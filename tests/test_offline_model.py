@@ -217,6 +217,10 @@ def test_keywords_and_search_query_drop_question_words() -> None:
             "Is it true that lists, dicts and sets are mutable?",
             ["Is it true that lists, dicts and sets are mutable"],
         ),
+        (  # a question about the items together is not one question per item
+            "Are the for loop, the while loop and recursion equivalent?",
+            ["Are the for loop, the while loop and recursion equivalent"],
+        ),
     ],
 )
 def test_split_question(question: str, parts: list[str]) -> None:
@@ -460,7 +464,8 @@ async def test_files_named_with_spaces_or_brackets_are_read_and_cited(tmp_path: 
         result = await run(tree, question)
         assert result.status is RunStatus.COMPLETED
         assert doc_id in read_ids(result), (question, read_ids(result))
-        assert f"[{doc_id}]" in result.output, result.output
+        sources = result.output.rpartition("Sources: ")[2]
+        assert sources == f"[{doc_id}]", result.output  # the lead's Sources line names it
 
 
 async def test_words_with_accents_are_searched_whole(tmp_path: Path) -> None:
@@ -498,3 +503,13 @@ def test_a_long_section_is_read_to_its_end_in_pages(tmp_path: Path) -> None:
             break
         start = int(found.group(1))
     assert "Replace the cartridge yearly." in text and text.count("Sentence number") == 300
+
+
+async def test_brackets_inside_a_quoted_passage_are_not_taken_for_sources(tmp_path: Path) -> None:
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "descaler.md").write_text(
+        "# Descaler\n\nRinse the machine with the descaler [Note: see safety.md] before first use.\n"
+    )
+    result = await run(research_tree(root, tmp_path / "index.sqlite"), "How do I use the descaler?")
+    assert result.output.rpartition("Sources: ")[2] == "[descaler.md]", result.output

@@ -54,9 +54,9 @@ _WORD = re.compile(r"\w+")
 _PART = re.compile(r"[^\W_]+")
 # a hit's id runs to the "]" that ends it: a file name may hold spaces and brackets
 _ID_LINE = re.compile(r"^\[(.+?)\](?=\s|$)", re.MULTILINE)
-_ID_CITE = re.compile(
-    r"\[([a-z]+:[^\]\s]+|[^\]\n]+?\.(?:md|markdown|txt|rst|html?)(?:#[^\]\n]*)?)\]"
-)
+# a researcher's cited line ends "- passage [id]": the id is what the last " [" on the line
+# opens (a quoted passage may hold brackets of its own; an id may hold spaces and brackets)
+_ID_CITE = re.compile(r"^- .* \[(.+)\]$", re.MULTILINE)
 _LEAD_IN = "What the documents say about"
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(*`])")
 
@@ -106,7 +106,10 @@ _LIST = re.compile(
     r"\s*,?\s+and\s+[\w.-]+(?:\s+[\w.-]+){0,3}?)"
     r"(?P<post>\s+(?:work|works|behave|differ|mean|relate|do|get|in|for|with)\b.*)?$"
 )
-_COMPARING = re.compile(r"(?i)\b(?:difference|differences|differ|between|compare|versus|vs)\b")
+_COMPARING = re.compile(
+    r"(?i)\b(?:difference|differences|differ|between|compare|versus|vs|equivalent|"
+    r"interchangeable|alike|same|similar|enough|related)\b"
+)
 _LIST_SEPARATOR = re.compile(r"\s*,\s*(?:and\s+)?|\s+and\s+", re.IGNORECASE)
 _COMPARE = re.compile(
     r"(?i)^\s*(?:compare|contrast)\s+(.+?)\s+(?:and|with|to|vs\.?|versus)\s+(.+)$"
@@ -205,7 +208,7 @@ def _split_list(part: str) -> list[str] | None:
     if m is None:
         return None
     pre, post = m.group("pre"), m.group("post") or ""
-    if _COMPARING.search(pre + post):
+    if _COMPARING.search(part):  # ("X, Y and Z equivalent": the last item holds the word)
         return None
     items = [i for i in _LIST_SEPARATOR.split(m.group("items")) if i.strip()]
     if len(items) < 3:
@@ -652,7 +655,9 @@ def _paragraphs(text: str) -> list[str]:
             if line.strip() and not re.fullmatch(r"\s*([=*\-~^#+`'\"])\1{2,}\s*", line)
         ]
         para = _strip_signature(" ".join(" ".join(lines).split()))
-        if len(para) < 30 or para.startswith(("[truncated", "[sections:", ">>>", "...")):
+        if len(para) < 30 or para.startswith(
+            ("[truncated", "[characters", "[sections:", ">>>", "...")
+        ):
             continue
         if "::=" in para or para.count("|") >= 4 or "+--" in para or para.startswith("# "):
             continue
