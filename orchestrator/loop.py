@@ -1093,7 +1093,10 @@ async def _screen(
             return problem, "invalid_arguments"  # no approver asked about it
         pending = PendingCall(call.name, call.input, call.id, node.agent.name, node.path)
         refusal = await node.policy.check(
-            pending, frozenset(node.tools), one_at_a_time=run.approvals
+            pending,
+            frozenset(node.tools),
+            one_at_a_time=run.approvals,
+            on_abandoned_thread=run.abandoned,
         )
         return refusal, "refused"
     finally:

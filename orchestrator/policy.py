@@ -146,6 +146,7 @@ class Policy:
         held: frozenset[str],
         *,
         one_at_a_time: trio.Semaphore | None = None,
+        on_abandoned_thread: Callable[[], None] | None = None,
     ) -> str | None:
         """``None`` if the call may run, else the refusal the model reads.
 
@@ -153,7 +154,7 @@ class Policy:
         another: a person at a terminal must see each question with its own answer, even when
         parallel calls in several agents need confirmation at once. A sync approver whose wait
         was cut (an agent's timeout) still holds it until its thread returns: the question it
-        shows is still open.
+        shows is still open; ``on_abandoned_thread`` is told of that thread (the run counts it).
         """
         if call.name not in held:
             return (
@@ -175,7 +176,7 @@ class Policy:
             # the approver's own copy: one that edits what it shows must not change the call
             asked = dataclasses.replace(call, input=copy.deepcopy(call.input))
             try:
-                verdict = await _ask(approver, asked, one_at_a_time)
+                verdict = await _ask(approver, asked, one_at_a_time, on_abandoned_thread)
             except Exception as exc:  # fail closed: an approver that breaks approves nothing
                 _logger.warning(  # no traceback: its text may quote secrets, redacted here
                     "the approver raised on a call to %r by %s: it was not run (%s)",
@@ -204,7 +205,12 @@ class Policy:
         return None
 
 
-async def _ask(approver: Approver, call: PendingCall, gate: trio.Semaphore | None) -> object:
+async def _ask(
+    approver: Approver,
+    call: PendingCall,
+    gate: trio.Semaphore | None,
+    on_abandoned_thread: Callable[[], None] | None = None,
+) -> object:
     """An approver's verdict, holding ``gate`` while it is asked. A sync approver (say, one
     reading a terminal) runs in a worker thread, so it never blocks the run's other agents nor
     its deadline."""
@@ -223,7 +229,10 @@ async def _ask(approver: Approver, call: PendingCall, gate: trio.Semaphore | Non
         if inspect.isawaitable(verdict):  # a sync callable may hand back an awaitable
             verdict = await verdict
     except BaseException:
-        if gate is not None and not question.give_up():
+        still_asking = question.give_up()
+        if still_asking and on_abandoned_thread is not None:
+            on_abandoned_thread()
+        if gate is not None and not still_asking:
             gate.release()
         raise
     if gate is not None:

@@ -17,6 +17,7 @@ from orchestrator import (
     Policy,
     RunStatus,
     Tool,
+    open_run,
     run,
     tool,
 )
@@ -477,6 +478,33 @@ async def test_a_sync_approver_cut_by_a_timeout_still_holds_the_next_question_ba
     result = await run(lead, "go", model=model)
     assert [c.status for c in result.children] == [RunStatus.TIMEOUT, RunStatus.COMPLETED]
     assert questions.most == 1
+
+
+async def test_a_sync_approver_left_asking_by_the_deadline_is_counted_as_an_abandoned_thread() -> (
+    None
+):
+    # like a timed-out sync tool's, its thread outlives the run: handle.abandoned_threads said 0
+    release = threading.Event()
+
+    def person(pending: PendingCall) -> bool:
+        release.wait(5)
+        return True
+
+    ran: list[str] = []
+    agent = Agent(
+        "a",
+        "x",
+        tools=[delete_tool(ran)],
+        policy=Policy(rules={"delete": "confirm"}, approver=person),
+        model=ScriptedModel([tool_call("delete", {"path": "p"}), text("done")]),
+    )
+    try:
+        async with open_run(agent, "go", limits=Limits(timeout=0.3)) as handle:
+            result = await handle.result()
+        assert result.status is RunStatus.TIMEOUT and ran == []
+        assert handle.abandoned_threads == 1
+    finally:
+        release.set()
 
 
 async def test_an_approver_edits_its_own_copy_of_the_calls_input() -> None:
