@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 import time
 import typing
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -23,6 +24,9 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+# imported before any virtual clock runs: the adapter imports the SDK in a worker thread on
+# first use, and an autojumping clock would jump to a pending deadline while that thread works
+import anthropic
 import pytest
 import trio
 import trio.testing
@@ -286,6 +290,57 @@ async def test_a_blank_system_prompt_is_left_out_not_sent_as_a_blank_block(
     assert body is not None and "system" not in body
 
 
+def test_the_first_call_imports_the_sdk_without_freezing_the_event_loop() -> None:
+    # the ~1.5 s import ran on the event loop: every agent, the run's deadline and cancel()
+    # stood still behind the first call of a process
+    code = textwrap.dedent(
+        """
+        import sys, time
+        import trio
+        from support.fake_messages_server import FakeMessagesServer, text
+        from orchestrator import Agent, run
+        from orchestrator.models import AnthropicModel
+
+        assert "anthropic" not in sys.modules
+        with FakeMessagesServer() as server:
+            server.push(text("hi"))
+
+            async def main():
+                gaps = []
+
+                async def ticker():
+                    last = time.perf_counter()
+                    while True:
+                        await trio.sleep(0.01)
+                        now = time.perf_counter()
+                        gaps.append(now - last)
+                        last = now
+
+                model = AnthropicModel(api_key="sk-ant-test-key-000000", base_url=server.url)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(ticker)
+                    result = await run(Agent("a", "x", model=model), "go")
+                    nursery.cancel_scope.cancel()
+                print(result.status.value, max(gaps))
+
+            trio.run(main)
+        """
+    )
+    tests_dir = os.path.dirname(__file__)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=os.path.dirname(tests_dir),
+        env={**os.environ, "PYTHONPATH": tests_dir},
+    )
+    assert out.returncode == 0, out.stderr
+    status, longest_stall = out.stdout.split()
+    assert status == "completed"
+    assert float(longest_stall) < 0.5, out.stdout  # the import alone takes 1-1.5 s
+
+
 # --------------------------------------------------------------------------------------------
 # Streaming, content, usage
 
@@ -398,7 +453,6 @@ async def test_request_layout_and_cache_breakpoints(server: FakeMessagesServer) 
 
 
 async def test_no_traceparent_is_sent(server: FakeMessagesServer) -> None:
-    import anthropic
     from opentelemetry.sdk.trace import TracerProvider
 
     server.responder = lambda body: text("ok")

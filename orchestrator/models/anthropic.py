@@ -38,11 +38,13 @@ import dataclasses
 import email.utils
 import functools
 import hashlib
+import importlib
 import json
 import math
 import os
 import random
 import re
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -226,9 +228,21 @@ class _Client:
     gate: _Gate = field(default_factory=_Gate)
 
 
+async def _sdk() -> Any:
+    """The ``anthropic`` module. Its first import takes ~1–1.5 s of CPU: done on the event
+    loop, it froze every agent, the run's deadline and ``cancel()`` behind the first call, so
+    it runs in a worker thread (abandoned if the run is cut; the import finishes on its own)."""
+    module = sys.modules.get("anthropic")
+    if module is None:
+        module = await trio.to_thread.run_sync(
+            importlib.import_module, "anthropic", abandon_on_cancel=True
+        )
+    return module
+
+
 @asynccontextmanager
 async def _open_client(api_key: str, base_url: str) -> AsyncIterator[_Client]:
-    import anthropic
+    anthropic = await _sdk()
 
     # the SDK's own HTTP client (same defaults), with the process's one TLS context
     http = anthropic.DefaultAsyncHttpxClient(

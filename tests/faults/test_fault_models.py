@@ -10,6 +10,8 @@ server echoes the key into its error messages, so the canary check proves the ad
 out. Virtual time jumps only after 0.2 s of real idleness (``MockClock(autojump_threshold=0.2)``,
 like tests/test_models_anthropic.py with a little more margin): requests in flight to the server
 are not disturbed, backoff sleeps are skipped. The cancellation test runs on the real clock.
+The SDK is imported when this module loads: the adapter imports it in a worker thread on first
+use, and a virtual clock would jump (past a run's deadline) while that thread works.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import anthropic  # noqa: F401 - imported before any virtual clock runs (see the docstring)
 import pytest
 import trio.testing
 from faultkit import (
