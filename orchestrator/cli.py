@@ -380,8 +380,18 @@ def cmd_trace(args: argparse.Namespace) -> int:
     )
 
 
+def _to_devnull(stream: TextIO) -> None:
+    """Point ``stream``'s file descriptor at the null device: later writes and flushes (the
+    interpreter's at exit included: exit code 120 if that one fails) go nowhere."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, stream.fileno())
+    finally:
+        os.close(devnull)
+
+
 def _stdout_to_devnull() -> None:
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    _to_devnull(sys.stdout)
 
 
 class _Diagnostics:
@@ -415,9 +425,8 @@ class _Diagnostics:
             self._silence()
 
     def _silence(self) -> None:
-        # the fd too: the interpreter flushes it again at exit (exit code 120 if that fails)
-        with contextlib.suppress(OSError, ValueError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+        with contextlib.suppress(OSError, ValueError):  # (a closed stream has no fd left)
+            _to_devnull(self._stream)
         self._stream = open(os.devnull, "w")  # noqa: SIM115
 
     def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding, ... as the stream's
