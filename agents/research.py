@@ -12,7 +12,7 @@ searches a folder of .md/.txt/.rst/.html files instead of the Python documentati
 
 from orchestrator import Agent, Limits
 from orchestrator.models.anthropic import DEFAULT_MODEL, FAST_MODEL
-from orchestrator.research_tools import corpus_tools
+from orchestrator.research.tools import corpus_tools
 
 researcher = Agent(
     "researcher",

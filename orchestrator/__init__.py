@@ -9,15 +9,32 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .agent import Agent
-from .context import ContextPolicy
-from .errors import ConfigurationError, ModelError, OrchestratorError, RunFailedError, ToolError
-from .limits import DEFAULT_LIMITS, Limits
-from .messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock, Usage
-from .policy import PendingCall, Policy
-from .result import RunResult, RunStatus
-from .run import RunHandle, open_run, run, run_sync
-from .tools import Tool, ToolContext, tool
+from .core.agent import Agent as Agent
+from .core.compaction import ContextPolicy as ContextPolicy
+from .core.errors import ConfigurationError as ConfigurationError
+from .core.errors import ModelError as ModelError
+from .core.errors import OrchestratorError as OrchestratorError
+from .core.errors import RunFailedError as RunFailedError
+from .core.errors import ToolError as ToolError
+from .core.limits import DEFAULT_LIMITS as DEFAULT_LIMITS
+from .core.limits import Limits as Limits
+from .core.messages import Message as Message
+from .core.messages import TextBlock as TextBlock
+from .core.messages import ThinkingBlock as ThinkingBlock
+from .core.messages import ToolResultBlock as ToolResultBlock
+from .core.messages import ToolUseBlock as ToolUseBlock
+from .core.messages import Usage as Usage
+from .core.policy import PendingCall as PendingCall
+from .core.policy import Policy as Policy
+from .core.result import RunResult as RunResult
+from .core.result import RunStatus as RunStatus
+from .core.run import RunHandle as RunHandle
+from .core.run import open_run as open_run
+from .core.run import run as run
+from .core.run import run_sync as run_sync
+from .core.tools import Tool as Tool
+from .core.tools import ToolContext as ToolContext
+from .core.tools import tool as tool
 
 __all__ = [
     "DEFAULT_LIMITS",

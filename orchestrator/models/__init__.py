@@ -1,19 +1,33 @@
-"""Models: the :class:`Model` protocol, the test models, and the provider adapters.
+"""Models: the :class:`Model` protocol, the model-string registry, the test models, the adapters.
 
-``AnthropicModel`` is imported lazily so that ``import orchestrator`` does not import the SDK.
+The provider adapters load their SDKs, so ``AnthropicModel`` (and the research tree's
+``OfflineModel``) are imported on first use of the name: ``import orchestrator.models`` loads
+neither the anthropic SDK nor the runtime.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigurationError
-from .base import AgentInfo, ClientPool, Model, ModelContext, ModelRequest, ModelResponse, ToolSpec
-from .scripted import FunctionModel, ScriptedModel, Step, response, text, tool_call
+from .base import AgentInfo as AgentInfo
+from .base import ClientPool as ClientPool
+from .base import Model as Model
+from .base import ModelContext as ModelContext
+from .base import ModelRequest as ModelRequest
+from .base import ModelResponse as ModelResponse
+from .base import ToolSpec as ToolSpec
+from .base import resolve_model as resolve_model
+from .scripted import FunctionModel as FunctionModel
+from .scripted import ScriptedModel as ScriptedModel
+from .scripted import Step as Step
+from .scripted import response as response
+from .scripted import text as text
+from .scripted import tool_call as tool_call
 
 if TYPE_CHECKING:
-    from .anthropic import AnthropicModel
-    from .offline import OfflineModel
+    from ..research.offline import OfflineModel as OfflineModel
+    from .anthropic import AnthropicModel as AnthropicModel
 
 __all__ = [
     "AgentInfo",
@@ -34,36 +48,15 @@ __all__ = [
     "tool_call",
 ]
 
+_LAZY = {
+    "AnthropicModel": "orchestrator.models.anthropic",
+    "OfflineModel": "orchestrator.research.offline",
+}
+
 
 def __getattr__(name: str) -> Any:
-    if name == "AnthropicModel":
-        from .anthropic import AnthropicModel
-
-        return AnthropicModel
-    if name == "OfflineModel":
-        from .offline import OfflineModel
-
-        return OfflineModel
-    raise AttributeError(name)
-
-
-def resolve_model(spec: Model | str) -> Model:
-    """A model from a :class:`Model` or a string: ``"anthropic:<name>"`` or ``"offline"``."""
-    if not isinstance(spec, str):
-        if not isinstance(spec, Model):
-            raise ConfigurationError(f"not a model: {spec!r} (use a Model or 'anthropic:<name>')")
-        return spec
-    provider, _, name = spec.partition(":")
-    if provider == "anthropic" and name.strip():
-        from .anthropic import AnthropicModel
-
-        anthropic_model: Model = AnthropicModel(name)
-        return anthropic_model
-    if spec == "offline":
-        from .offline import OfflineModel
-
-        offline_model: Model = OfflineModel()
-        return offline_model
-    raise ConfigurationError(
-        f"unknown model {spec!r}: use 'anthropic:<model-name>', 'offline', or a Model object"
-    )
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -54,9 +54,8 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 import trio
 
-from .. import spans
-from ..errors import ConfigurationError, ModelError
-from ..messages import (
+from ..core.errors import ConfigurationError, ModelError
+from ..core.messages import (
     Block,
     Message,
     RedactedThinkingBlock,
@@ -69,7 +68,8 @@ from ..messages import (
     message_to_wire,
     well_formed,
 )
-from ..redact import REDACTED, redact
+from ..core.redact import REDACTED, redact
+from ..tracing import spans
 from .base import ModelContext, ModelRequest, ModelResponse
 
 if TYPE_CHECKING:

@@ -11,12 +11,14 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from importlib import import_module
 from typing import Any, Protocol, runtime_checkable
 
 import trio
 
-from ..messages import Block, Message, Usage
-from ..records import quick_init
+from ..core.errors import ConfigurationError
+from ..core.messages import Block, Message, Usage
+from ..core.records import quick_init
 
 __all__ = [
     "AgentInfo",
@@ -26,6 +28,7 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "ToolSpec",
+    "resolve_model",
 ]
 
 
@@ -157,3 +160,33 @@ class Model(Protocol):
     def request(self, request: ModelRequest, ctx: ModelContext) -> Awaitable[ModelResponse]:
         """Answer one GENERATE step; raise :class:`~orchestrator.errors.ModelError` on failure."""
         ...
+
+
+# The model-string registry: provider prefix -> (module, class). Adapters are imported when a
+# string names them, never before, so naming a model costs nothing until a run uses it.
+_PROVIDERS: Mapping[str, tuple[str, str]] = {
+    "anthropic": ("orchestrator.models.anthropic", "AnthropicModel"),
+}
+_NAMED: Mapping[str, tuple[str, str]] = {
+    "offline": ("orchestrator.research.offline", "OfflineModel"),
+}
+
+
+def resolve_model(spec: Model | str) -> Model:
+    """A model from a :class:`Model` or a string: ``"anthropic:<name>"`` or ``"offline"``."""
+    if not isinstance(spec, str):
+        if not isinstance(spec, Model):
+            raise ConfigurationError(f"not a model: {spec!r} (use a Model or 'anthropic:<name>')")
+        return spec
+    provider, _, name = spec.partition(":")
+    if provider in _PROVIDERS and name.strip():
+        module, cls = _PROVIDERS[provider]
+        model: Model = getattr(import_module(module), cls)(name)
+        return model
+    if spec in _NAMED:
+        module, cls = _NAMED[spec]
+        named: Model = getattr(import_module(module), cls)()
+        return named
+    raise ConfigurationError(
+        f"unknown model {spec!r}: use 'anthropic:<model-name>', 'offline', or a Model object"
+    )

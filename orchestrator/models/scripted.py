@@ -12,8 +12,8 @@ import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
-from ..errors import ConfigurationError, ModelError
-from ..messages import BLOCK_TYPES, Block, TextBlock, ToolUseBlock, Usage
+from ..core.errors import ConfigurationError, ModelError
+from ..core.messages import BLOCK_TYPES, Block, TextBlock, ToolUseBlock, Usage
 from .base import ModelContext, ModelRequest, ModelResponse
 
 __all__ = ["FunctionModel", "ScriptedModel", "Step", "response", "text", "tool_call"]

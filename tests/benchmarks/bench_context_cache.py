@@ -35,7 +35,7 @@ from support.fake_messages_server import FakeMessagesServer, Reply, text  # noqa
 from support.fake_messages_server import Message as ServerMessage  # noqa: E402
 
 from orchestrator import Agent, Limits, run, tool  # noqa: E402
-from orchestrator.context import ContextPolicy  # noqa: E402
+from orchestrator.core.compaction import ContextPolicy  # noqa: E402
 from orchestrator.models.anthropic import DEFAULT_MODEL, AnthropicModel  # noqa: E402
 
 API_KEY = "bench-key-not-secret-0000"

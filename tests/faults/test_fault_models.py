@@ -8,7 +8,7 @@ retryable fault is retried once and then ends the agent with ``error``; its pare
 ``is_error`` result and goes on. A 401 is fatal: it ends the whole run with ``error``. The
 server echoes the key into its error messages, so the canary check proves the adapter keeps it
 out. Virtual time jumps only after 0.2 s of real idleness (``MockClock(autojump_threshold=0.2)``,
-like tests/test_models_anthropic.py with a little more margin): requests in flight to the server
+like tests/models/test_anthropic.py with a little more margin): requests in flight to the server
 are not disturbed, backoff sleeps are skipped. The cancellation test runs on the real clock.
 The SDK is imported when this module loads: the adapter imports it in a worker thread on first
 use, and a virtual clock would jump (past a run's deadline) while that thread works.

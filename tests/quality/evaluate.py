@@ -44,10 +44,10 @@ from typing import Any
 import trio
 
 from orchestrator import Agent, RunResult, run
-from orchestrator.cli import load_agent
-from orchestrator.corpus import Corpus, CorpusError
-from orchestrator.messages import ToolResultBlock
-from orchestrator.research_tools import CORPUS_ENV
+from orchestrator.cli.main import load_agent
+from orchestrator.core.messages import ToolResultBlock
+from orchestrator.research.corpus import Corpus, CorpusError
+from orchestrator.research.tools import CORPUS_ENV
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

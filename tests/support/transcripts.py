@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from orchestrator.messages import Message
+from orchestrator.core.messages import Message
 
 
 def check_transcript(messages: Sequence[Message], *, allow_assistant_pairs: bool = False) -> None:

@@ -1,0 +1,113 @@
+"""``orchestrator run --dry-run``: what a tree's limits allow at worst, without calling a model."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, TypeAlias
+
+from ..core.agent import Agent, AgentTree
+from ..core.errors import ConfigurationError
+from ..core.limits import DEFAULT_LIMITS, Limits, tree_wide_limits
+from ..core.loop import MAX_OUTPUT_CAP, context_window
+from ..core.spawn import DEFAULT_CONTEXT
+from ..models.base import Model, resolve_model
+
+__all__ = ["worst_case"]
+
+_State: TypeAlias = tuple[Agent, Model, Limits, int]
+
+
+def worst_case(
+    root: Agent, run_limits: Limits | None = None, *, default_model: str | None = None
+) -> dict[str, Any]:
+    """Validate the tree and bound its agents, model calls and output tokens from its limits.
+
+    Per turn an agent makes at most: the call itself, a retry at twice the output cap when a
+    tool call was cut by ``max_tokens``, and, when it can compact, a compaction before the turn
+    and a compaction and a repeated call after the provider refused the input as too long.
+    Agents are counted down the tree, each filling its ``max_children`` slots with its costliest
+    subagent while depth allows; with ``max_agents`` binding, the bound is the root and
+    ``max_agents - 1`` agents each as costly as the costliest one the tree can start.
+    """
+    tree = AgentTree(root, run_limits=run_limits)
+    models = tree.models()  # the checks a real run makes before its first call
+    default = resolve_model(default_model) if default_model is not None else None
+    root_model = models[root.name] if root.model is not None else default
+    if root_model is None:
+        raise ConfigurationError(
+            f"no model for agent {root.name!r}: set Agent(model=...) or pass --model"
+        )
+    run_layer = (run_limits or Limits()).fill(DEFAULT_LIMITS)
+    tree_wide = tree_wide_limits(run_limits, root.limits)  # the same budgets a run would have
+    max_agents = tree_wide.max_agents or 1
+
+    def own_cost(agent: Agent, limits: Limits, model: Model) -> tuple[int, int]:
+        cap = agent.max_output_tokens
+        retry_cap = max(cap, min(2 * cap, MAX_OUTPUT_CAP))
+        compacts = (agent.context or DEFAULT_CONTEXT).compaction_threshold(
+            context_window(model)
+        ) is not None
+        turns = limits.max_turns or 1
+        return (
+            turns * (2 + (3 if compacts else 0)),
+            turns * (cap + retry_cap + (3 * cap if compacts else 0)),
+        )
+
+    # A state is an agent as some parent would start it: its model, its filled limits, depth.
+    def state(agent: Agent, inherited: Limits, model: Model, depth: int) -> _State:
+        return agent, model, (agent.limits or Limits()).fill(inherited), depth
+
+    def children(s: _State) -> list[_State]:
+        agent, model, limits, depth = s
+        if depth >= (limits.max_depth or 0):
+            return []
+        subs = tree.subagents_of(agent)
+        return [state(sub, limits, models.get(sub.name, model), depth + 1) for sub in subs]
+
+    def slots(s: _State) -> int:
+        return min(s[2].max_children or 0, max_agents) if children(s) else 0
+
+    @functools.cache
+    def unbounded(s: _State) -> tuple[int, int, int]:
+        """Agents, calls and output tokens of the subtree if max_agents did not cap it:
+        every slot filled with the costliest subagent, by each measure on its own."""
+        calls, tokens = own_cost(s[0], s[2], s[1])
+        n = slots(s)
+        if not n:
+            return 1, calls, tokens
+        below = [unbounded(child) for child in children(s)]
+        return (
+            1 + n * max(b[0] for b in below),
+            calls + n * max(b[1] for b in below),
+            tokens + n * max(b[2] for b in below),
+        )
+
+    root_state = state(root, run_layer, root_model, 0)
+    seen = {root_state}
+    pending = [root_state]
+    costliest_calls = costliest_tokens = 0  # of any agent but the root
+    while pending:
+        current = pending.pop()
+        for child in children(current) if slots(current) else []:
+            if child not in seen:
+                seen.add(child)
+                pending.append(child)
+                child_calls, child_tokens = own_cost(child[0], child[2], child[1])
+                costliest_calls = max(costliest_calls, child_calls)
+                costliest_tokens = max(costliest_tokens, child_tokens)
+    # two bounds, each valid, the tighter taken: no cap, or the root and max_agents - 1
+    # agents each as costly as the costliest one
+    tree_agents, tree_calls, tree_tokens = unbounded(root_state)
+    agents = min(max_agents, tree_agents)
+    root_calls, root_tokens = own_cost(root, root_state[2], root_model)
+    calls = min(tree_calls, root_calls + (agents - 1) * costliest_calls)
+    output_tokens = min(tree_tokens, root_tokens + (agents - 1) * costliest_tokens)
+    return {
+        "tree": "valid",
+        "agents_defined": len(tree.by_name),
+        "worst_case_agents": agents,
+        "worst_case_model_calls": calls,
+        "worst_case_output_tokens": output_tokens,
+        "token_budget": tree_wide.token_budget,
+        "timeout_s": tree_wide.timeout,
+    }

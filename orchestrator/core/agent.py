@@ -1,0 +1,267 @@
+"""Agent definitions, and the tree they form once subagent names are resolved.
+
+An :class:`Agent` is an immutable definition: one definition can run many times at once, each
+run holding its own state. Subagents may be given as objects or by name (an agent's own name
+included, for recursion bounded by ``max_depth``); :class:`AgentTree` resolves and checks every
+name before the first model call, so a typo fails fast instead of deep inside a run.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypedDict, Unpack
+
+from ..models.base import Model, resolve_model
+from .compaction import ContextPolicy
+from .errors import ConfigurationError
+from .limits import Limits, tree_wide_limits
+from .policy import Policy
+from .tools import Tool, tool
+
+__all__ = ["Agent", "AgentTree"]
+
+
+class AgentChanges(TypedDict, total=False):
+    """The fields :meth:`Agent.replace` may change (each as ``Agent(...)`` takes it)."""
+
+    name: str
+    instructions: str
+    description: str
+    model: Model | str | None
+    tools: Iterable[Tool | Callable[..., Any]] | None
+    subagents: Sequence[Agent | str]
+    limits: Limits | None
+    policy: Policy | None
+    max_output_tokens: int
+    context: ContextPolicy | None
+
+
+_AGENT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")  # fullmatch ("$" allows "x\n")
+
+
+class Agent:
+    """An agent definition: instructions, model, tools, subagents, limits, policy.
+
+    ``tools=None`` means "the parent's tools" for a subagent (and no tools for a root);
+    an explicit list means exactly those tools. ``model`` is a :class:`Model` or a string such
+    as ``"anthropic:claude-sonnet-5-5"`` or ``"offline"``; without one, the agent uses its
+    parent's model, then the run's default.
+    """
+
+    __slots__ = (
+        "context",
+        "description",
+        "instructions",
+        "limits",
+        "max_output_tokens",
+        "model",
+        "name",
+        "policy",
+        "subagents",
+        "tools",
+    )
+
+    name: str
+    instructions: str
+    description: str
+    model: Model | str | None
+    tools: tuple[Tool, ...] | None
+    subagents: tuple[Agent | str, ...]
+    limits: Limits | None
+    policy: Policy | None
+    max_output_tokens: int
+    context: ContextPolicy | None
+
+    def __init__(
+        self,
+        name: str,
+        instructions: str,
+        *,
+        description: str = "",
+        model: Model | str | None = None,
+        tools: Iterable[Tool | Callable[..., Any]] | None = None,
+        subagents: Sequence[Agent | str] = (),
+        limits: Limits | None = None,
+        policy: Policy | None = None,
+        max_output_tokens: int = 4096,
+        context: ContextPolicy | None = None,
+    ) -> None:
+        if not isinstance(name, str) or not _AGENT_NAME.fullmatch(name):
+            raise ConfigurationError(
+                f"agent name {name!r} must be 1-64 letters, digits, '_', '.' or '-'"
+            )
+        if not isinstance(instructions, str):
+            raise ConfigurationError(f"agent {name!r}: instructions must be a string")
+        if limits is not None and not isinstance(limits, Limits):
+            raise ConfigurationError(f"agent {name!r}: limits must be a Limits, got {limits!r}")
+        if policy is not None and not isinstance(policy, Policy):
+            raise ConfigurationError(f"agent {name!r}: policy must be a Policy, got {policy!r}")
+        if (
+            isinstance(max_output_tokens, bool)
+            or not isinstance(max_output_tokens, int)
+            or max_output_tokens < 1
+        ):
+            raise ConfigurationError(f"agent {name!r}: max_output_tokens must be a positive int")
+        description = description or ""  # None: no description
+        if not isinstance(description, str):
+            raise ConfigurationError(f"agent {name!r}: description must be a string")
+        # one tool or one name where a list belongs would be iterated (a name letter by letter)
+        if tools is not None and (isinstance(tools, str | Tool) or callable(tools)):
+            raise ConfigurationError(f"agent {name!r}: tools must be a list, got {tools!r}")
+        if isinstance(subagents, str | Agent):
+            raise ConfigurationError(f"agent {name!r}: subagents must be a list, got {subagents!r}")
+        built: tuple[Tool, ...] | None = None
+        if tools is not None:
+            built = tuple(t if isinstance(t, Tool) else tool(t) for t in tools)
+            seen: set[str] = set()
+            for t in built:
+                if t.name in seen:
+                    raise ConfigurationError(f"agent {name!r} has two tools named {t.name!r}")
+                seen.add(t.name)
+        subs = tuple(subagents)
+        for s in subs:
+            if not isinstance(s, Agent | str):
+                raise ConfigurationError(
+                    f"agent {name!r}: subagents must be Agents or agent names, got {s!r}"
+                )
+        sub_names = [s if isinstance(s, str) else s.name for s in subs]
+        dupes = sorted({n for n in sub_names if sub_names.count(n) > 1})
+        if dupes:
+            raise ConfigurationError(f"agent {name!r} lists subagent {dupes[0]!r} twice")
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "instructions", instructions)
+        object.__setattr__(self, "description", description)
+        object.__setattr__(self, "model", model)
+        object.__setattr__(self, "tools", built)
+        object.__setattr__(self, "subagents", subs)
+        object.__setattr__(self, "limits", limits)
+        object.__setattr__(self, "policy", policy)
+        object.__setattr__(self, "max_output_tokens", max_output_tokens)
+        if context is not None and not isinstance(context, ContextPolicy):
+            raise ConfigurationError(f"agent {name!r}: context must be a ContextPolicy")
+        object.__setattr__(self, "context", context)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"Agent is immutable; build a new one (tried to set {name!r})")
+
+    def __copy__(self) -> Agent:
+        return self  # immutable: a copy would be the same definition
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Agent:
+        return self
+
+    def __repr__(self) -> str:
+        return f"Agent({self.name!r})"
+
+    def replace(self, **changes: Unpack[AgentChanges]) -> Agent:
+        """A copy with some fields changed (``Agent`` itself is immutable)."""
+        unknown = sorted(set(changes) - set(AgentChanges.__annotations__))
+        if unknown:
+            raise ConfigurationError(
+                f"Agent.replace: no field(s) {unknown}; an agent has "
+                f"{', '.join(AgentChanges.__annotations__)}"
+            )
+        fields: dict[str, Any] = {
+            "description": self.description,
+            "model": self.model,
+            "tools": self.tools,
+            "subagents": self.subagents,
+            "limits": self.limits,
+            "policy": self.policy,
+            "max_output_tokens": self.max_output_tokens,
+            "context": self.context,
+        }
+        fields.update(changes)
+        name = fields.pop("name", self.name)
+        instructions = fields.pop("instructions", self.instructions)
+        return Agent(name, instructions, **fields)
+
+    def map_tree(self, fn: Callable[[Agent], Agent]) -> Agent:
+        """This tree with ``fn`` applied to every agent defined in it (names kept as names)."""
+        memo: dict[int, Agent] = {}
+
+        def visit(agent: Agent) -> Agent:
+            if id(agent) not in memo:
+                memo[id(agent)] = agent  # cycles through objects are impossible; guard anyway
+                subs = tuple(s if isinstance(s, str) else visit(s) for s in agent.subagents)
+                memo[id(agent)] = fn(agent.replace(subagents=subs))
+            return memo[id(agent)]
+
+        return visit(self)
+
+
+class AgentTree:
+    """A root agent with every subagent name resolved to a definition.
+
+    Names are unique per tree: two different definitions with one name are an error, because
+    spawn requests, trace spans and result paths all identify agents by name.
+    """
+
+    def __init__(self, root: Agent, *, run_limits: Limits | None = None) -> None:
+        if not isinstance(root, Agent):
+            raise ConfigurationError(f"expected an Agent, got {type(root).__name__}")
+        self.root = root
+        self.by_name: dict[str, Agent] = {}
+        pending = [root]
+        while pending:
+            agent = pending.pop()
+            known = self.by_name.get(agent.name)
+            if known is agent:
+                continue
+            if known is not None:
+                raise ConfigurationError(
+                    f"two different agents are named {agent.name!r}; names must be unique in a tree"
+                )
+            self.by_name[agent.name] = agent
+            pending.extend(s for s in agent.subagents if isinstance(s, Agent))
+        self._subagents: dict[str, tuple[Agent, ...]] = {}
+        for agent in self.by_name.values():
+            resolved = []
+            for s in agent.subagents:
+                if isinstance(s, str):
+                    if s not in self.by_name:
+                        raise ConfigurationError(
+                            f"agent {agent.name!r} lists subagent {s!r}, which is not defined in "
+                            f"the tree (known agents: {', '.join(sorted(self.by_name))})"
+                        )
+                    resolved.append(self.by_name[s])
+                else:
+                    resolved.append(s)
+            self._subagents[agent.name] = tuple(resolved)
+        self._check_limits(run_limits)
+
+    def subagents_of(self, agent: Agent) -> tuple[Agent, ...]:
+        """The resolved subagents of ``agent``."""
+        return self._subagents[agent.name]
+
+    def models(self) -> dict[str, Model]:
+        """The model of every agent that names one, resolved (a bad model string fails here)."""
+        return {
+            a.name: resolve_model(a.model) for a in self.by_name.values() if a.model is not None
+        }
+
+    def _check_limits(self, run_limits: Limits | None) -> None:
+        """Refuse an agent whose one call could never fit its budget: the run's, or the
+        smallest own ``token_budget`` of the agent and any agent it can run under."""
+        budget = tree_wide_limits(run_limits, self.root.limits).token_budget
+        pending: list[tuple[Agent, int | None]] = [(self.root, budget)]
+        seen: set[tuple[str, int | None]] = set()
+        while pending:  # a recursive tree ends: a budget only shrinks along a path
+            agent, cap = pending.pop()
+            own = agent.limits.token_budget if agent.limits else None
+            if own is not None:
+                cap = own if cap is None else min(cap, own)
+            if (agent.name, cap) in seen:
+                continue
+            seen.add((agent.name, cap))
+            # a call reserves its input estimate (at least the instructions, /4, plus one) and
+            # its output cap: the least the first call can hold
+            least = agent.max_output_tokens + len(agent.instructions) // 4 + 1
+            if cap is not None and least > cap:
+                raise ConfigurationError(
+                    f"agent {agent.name!r}: max_output_tokens={agent.max_output_tokens} plus its "
+                    f"input (at least {least - agent.max_output_tokens} tokens) exceed the token "
+                    f"budget ({cap}) it runs under; no model call could ever fit"
+                )
+            pending.extend((child, cap) for child in self._subagents[agent.name])

@@ -1,0 +1,101 @@
+"""What a run returns: :class:`RunStatus` and the :class:`RunResult` tree."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from .compaction import TurnContext
+from .errors import RunFailedError
+from .messages import Message, Usage, message_to_wire
+
+__all__ = ["RunResult", "RunStatus"]
+
+
+class RunStatus(StrEnum):
+    """How an agent's loop ended. Every bound has its own status; ``completed`` is the only success."""
+
+    COMPLETED = "completed"
+    MAX_TURNS = "max_turns"
+    TIMEOUT = "timeout"
+    BUDGET_EXCEEDED = "budget_exceeded"
+    REPEAT_GUARD = "repeat_guard"
+    ERROR_THRESHOLD = "error_threshold"
+    REFUSAL = "refusal"
+    CONTEXT_EXCEEDED = "context_exceeded"
+    CANCELLED = "cancelled"
+    ERROR = "error"
+
+
+@dataclass(eq=False)
+class RunResult:
+    """The outcome of one agent run, with its children's results in spawn order.
+
+    ``usage`` covers this agent's whole subtree; ``own_usage`` only its own model calls.
+    ``messages`` is the agent's transcript, valid on every exit (each ``tool_use`` answered by
+    exactly one ``tool_result`` in the next message). ``error`` is a one-line reason whenever
+    ``status`` is not ``completed``.
+    """
+
+    agent_name: str
+    status: RunStatus
+    output: str
+    messages: list[Message]
+    own_usage: Usage
+    usage: Usage
+    children: list[RunResult] = field(default_factory=list)
+    error: str | None = None
+    path: str = ""
+    depth: int = 0
+    turns: int = 0
+    """Turns begun, counting one a budget, a limit or a cancellation stopped before its model
+    call answered (``own_usage.requests`` counts the calls made)."""
+    run_id: str = ""
+    turn_log: list[TurnContext] = field(default_factory=list)
+    """Per turn: input size, results cleared, compaction, cache reads."""
+
+    @property
+    def ok(self) -> bool:
+        """True when the run completed."""
+        return self.status is RunStatus.COMPLETED
+
+    def raise_for_status(self) -> RunResult:
+        """Return ``self`` if completed, else raise :class:`~orchestrator.errors.RunFailedError`."""
+        if self.status is not RunStatus.COMPLETED:
+            raise RunFailedError(self)
+        return self
+
+    def walk(self) -> Iterator[RunResult]:
+        """This result and every descendant, depth first in spawn order."""
+        yield self
+        for child in self.children:
+            yield from child.walk()
+
+    @property
+    def agents(self) -> int:
+        """How many agents ran in this subtree, this one included."""
+        return sum(1 for _ in self.walk())
+
+    @property
+    def total_turns(self) -> int:
+        """Turns begun in this subtree (see :attr:`turns`)."""
+        return sum(r.turns for r in self.walk())
+
+    def to_dict(self, *, messages: bool = False) -> dict[str, Any]:
+        """Plain data for JSON output (transcripts only when ``messages`` is true)."""
+        out: dict[str, Any] = {
+            "agent": self.agent_name,
+            "path": self.path,
+            "status": self.status.value,
+            "output": self.output,
+            "error": self.error,
+            "turns": self.turns,
+            "usage": self.usage.to_dict(),
+            "own_usage": self.own_usage.to_dict(),
+            "children": [c.to_dict(messages=messages) for c in self.children],
+        }
+        if messages:
+            out["messages"] = [message_to_wire(m) for m in self.messages]
+        return out

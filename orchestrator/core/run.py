@@ -1,0 +1,353 @@
+"""Running a tree: :func:`open_run`, :func:`run`, :func:`run_sync`.
+
+A run owns everything its agents share for its lifetime: the model clients (one per provider,
+base URL and key, closed explicitly when the run ends), the budgets, the event channel and the
+cancel scope. ``open_run`` starts the root agent in a nursery and hands back a
+:class:`RunHandle`; leaving the ``async with`` block cancels a run that has not finished and
+waits for it to wind down, so no task outlives the block.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
+from functools import partial
+from typing import Any
+
+import trio
+from opentelemetry import trace
+
+from ..models.base import ClientPool, Model, resolve_model
+from ..tracing import spans
+from ..tracing.content import content_capture_enabled
+from ..tracing.flush import flush_tracer_provider
+from .agent import Agent, AgentTree
+from .compaction import ContextPolicy
+from .errors import ConfigurationError
+from .events import Event, EventSink
+from .limits import Limits
+from .loop import AgentNode, RunState, run_agent
+from .messages import Message, is_blank, transcript_problem, well_formed
+from .policy import Policy
+from .redact import RUN_SECRETS, redact, secret_values
+from .result import RunResult
+from .spawn import make_root
+from .tools import describe_exception
+
+__all__ = ["RunHandle", "open_run", "run", "run_sync"]
+
+_CLOSE_TIMEOUT = 5.0
+_logger = logging.getLogger(__name__)
+DEFAULT_TOOL_THREADS = 32
+"""Worker threads a run's sync tools may use at once, unless ``tool_threads`` says otherwise."""
+
+
+class RunHandle:
+    """A running tree: its events, a way to stop it, and its result."""
+
+    def __init__(self, state: RunState, root: AgentNode) -> None:
+        self._state = state
+        self._root = root
+        self._done = trio.Event()
+        self._result: RunResult | None = None
+        self._token = trio.lowlevel.current_trio_token()
+
+    @property
+    def run_id(self) -> str:
+        """The run's id (also ``gen_ai.conversation.id`` on every span)."""
+        return self._state.run_id
+
+    @property
+    def events(self) -> trio.MemoryReceiveChannel[Event]:
+        """Run events; the channel ends when the run does. Never slows the run (see EventSink)."""
+        return self._state.events.receive_channel
+
+    @property
+    def dropped_events(self) -> int:
+        """Events dropped because the buffer was full."""
+        return self._state.events.dropped
+
+    @property
+    def abandoned_threads(self) -> int:
+        """Worker threads of timed-out sync tools that were abandoned, not waited for."""
+        return self._state.abandoned_threads
+
+    @property
+    def done(self) -> bool:
+        """True once the result is available."""
+        return self._done.is_set()
+
+    def cancel(self) -> None:
+        """Stop the whole tree now; the result has status ``cancelled`` and valid transcripts.
+
+        Safe from any thread (a sync tool or an approver runs in a worker thread, a GUI in its
+        own): from outside the run's trio thread the cancellation is handed to that thread and
+        takes effect when it gets to it, so a run about to end may still end ``completed``.
+        """
+        try:
+            here = trio.lowlevel.current_trio_token()
+        except RuntimeError:  # not in any trio run: a worker or foreign thread
+            here = None
+        if here is self._token:
+            self._cancel_now()
+        else:  # trio's scopes may only be touched from their own thread
+            with suppress(trio.RunFinishedError):
+                self._token.run_sync_soon(self._cancel_now)
+
+    def _cancel_now(self) -> None:
+        if not self._done.is_set():
+            self._state.cancel_requested = True
+            self._state.scope.cancel()
+
+    async def result(self) -> RunResult:
+        """Wait for the run to end and return its result tree."""
+        await self._done.wait()
+        assert self._result is not None
+        return self._result
+
+    async def _drive(self) -> None:
+        state = self._state
+        # everything the run redacts (tool results, span text, reasons) uses one snapshot;
+        # set in this task's own context, so it reaches every agent and worker thread of the run
+        RUN_SECRETS.set(state.secrets)
+        try:
+            with state.scope:
+                state.scope.deadline = state.deadline
+                await run_agent(self._root, state)
+        finally:
+            self._result = self._root.to_result(state.run_id)
+            state.events.close()
+            self._done.set()
+
+
+@asynccontextmanager
+async def open_run(
+    agent: Agent,
+    prompt: str,
+    *,
+    model: Model | str | None = None,
+    limits: Limits | None = None,
+    policy: Policy | None = None,
+    deps: Any = None,
+    message_history: Sequence[Message] | None = None,
+    tracer_provider: trace.TracerProvider | None = None,
+    event_buffer: int | float = 4096,
+    run_id: str | None = None,
+    context: ContextPolicy | None = None,
+    tool_threads: int = DEFAULT_TOOL_THREADS,
+) -> AsyncIterator[RunHandle]:
+    """Start ``agent`` on ``prompt`` and yield a :class:`RunHandle`.
+
+    ``model`` is the default for agents that name none; ``limits`` and ``policy`` apply to the
+    whole run, filling what definitions leave unset and never loosening them. ``deps`` reaches
+    tools as ``ToolContext.deps``. ``message_history`` is prepended to the root's transcript.
+    ``event_buffer=0`` turns events off (``math.inf``: never drop one). ``run_id`` names the
+    run (a random hex id by default; it is ``gen_ai.conversation.id`` on every span).
+    ``context`` overrides every agent's :class:`~orchestrator.context.ContextPolicy`.
+    ``tool_threads`` is how many worker threads the run's sync tools may use at once (a
+    timed-out sync tool keeps its thread until it returns, so a run whose sync tools hang needs
+    room for them). Raises :class:`~orchestrator.errors.ConfigurationError` before any model
+    call if the tree cannot run.
+    """
+    stack = AsyncExitStack()  # closes the run's clients
+    state, root = _prepare(
+        agent,
+        prompt,
+        model,
+        limits,
+        policy,
+        deps,
+        message_history,
+        tracer_provider,
+        event_buffer,
+        run_id,
+        context,
+        tool_threads,
+        ClientPool(stack),
+    )
+    handle = RunHandle(state, root)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(handle._drive)
+            try:
+                yield handle
+            finally:
+                if not handle.done:  # the block was left early: not a cancel() by the caller
+                    state.scope.cancel()
+                with trio.CancelScope(shield=True):
+                    await handle._done.wait()
+    except BaseExceptionGroup as group:
+        # The caller's own exception from the block comes out as itself, not wrapped in the
+        # group our nursery makes (the run task itself never raises, but for bugs).
+        if len(group.exceptions) == 1:
+            exc = group.exceptions[0]
+            chain = exc.__cause__, exc.__context__, exc.__suppress_context__
+            try:
+                raise exc
+            finally:  # keep the caller's own exception chain as it was
+                exc.__cause__, exc.__context__, exc.__suppress_context__ = chain
+        raise
+    finally:
+        # close every client even when the caller is being cancelled, but never hang on it
+        with trio.CancelScope(shield=True) as close_scope:
+            close_scope.deadline = trio.current_time() + _CLOSE_TIMEOUT
+            try:
+                await stack.aclose()
+            except Exception as exc:  # a client failing to close must not cost the result
+                _logger.warning(
+                    "closing the run's model clients failed: %s", redact(describe_exception(exc))
+                )
+
+
+def _prepare(
+    agent: Agent,
+    prompt: str,
+    model: Model | str | None,
+    limits: Limits | None,
+    policy: Policy | None,
+    deps: Any,
+    history: Sequence[Message] | None,
+    tracer_provider: trace.TracerProvider | None,
+    event_buffer: int | float,
+    run_id: str | None,
+    context: ContextPolicy | None,
+    tool_threads: int,
+    clients: ClientPool,
+) -> tuple[RunState, AgentNode]:
+    if not _in_trio():  # asyncio's loop, or no loop at all
+        raise ConfigurationError(
+            "orchestrator runs under trio: call run() from trio.run(...), or use run_sync()"
+        )
+    if not isinstance(agent, Agent):
+        raise ConfigurationError(f"run() needs an Agent, got {type(agent).__name__}")
+    if not isinstance(prompt, str):
+        raise ConfigurationError("the prompt must be a string")
+    if is_blank(prompt):
+        raise ConfigurationError("the prompt is empty: give the root agent a task")
+    # a lone surrogate (argv bytes that are not UTF-8, a bad \u escape) cannot go into an
+    # HTTP body: the first model call would fail; U+FFFD in its place, as in tool results
+    prompt = well_formed(prompt)
+    if limits is not None and not isinstance(limits, Limits):
+        raise ConfigurationError(f"limits must be a Limits, got {limits!r}")
+    if policy is not None and not isinstance(policy, Policy):
+        raise ConfigurationError(f"policy must be a Policy, got {policy!r}")
+    if isinstance(tool_threads, bool) or not isinstance(tool_threads, int) or tool_threads < 1:
+        raise ConfigurationError(f"tool_threads must be an integer >= 1, got {tool_threads!r}")
+    if event_buffer != math.inf and (
+        isinstance(event_buffer, bool) or not isinstance(event_buffer, int) or event_buffer < 0
+    ):
+        raise ConfigurationError(
+            f"event_buffer must be an integer >= 0 or math.inf, got {event_buffer!r}"
+        )
+    if run_id is not None and (not isinstance(run_id, str) or (run_id and not run_id.strip())):
+        raise ConfigurationError(f"run_id must be a string (empty: a random id), got {run_id!r}")
+    messages = list(history or ())
+    problem = transcript_problem(messages)
+    if problem is not None:
+        raise ConfigurationError(f"message_history cannot be continued: {problem}")
+    tree = AgentTree(agent, run_limits=limits)
+    state = RunState(
+        run_id=run_id or uuid.uuid4().hex,
+        tree=tree,
+        default_model=resolve_model(model) if model is not None else None,
+        run_limits=limits or Limits(),
+        run_policy=policy,
+        deps=deps,
+        events=EventSink(event_buffer),
+        tracer=spans.get_tracer(tracer_provider) if spans.tracing_live(tracer_provider) else None,
+        clients=clients,
+        thread_limiter=trio.CapacityLimiter(tool_threads),
+        context=context,
+        capture=content_capture_enabled(),
+        secrets=secret_values(),
+    )
+    state.models = tree.models()  # once per agent, before any call
+    root = make_root(state, agent, prompt, messages)
+    return state, root
+
+
+async def run(
+    agent: Agent,
+    prompt: str,
+    *,
+    model: Model | str | None = None,
+    limits: Limits | None = None,
+    policy: Policy | None = None,
+    deps: Any = None,
+    message_history: Sequence[Message] | None = None,
+    tracer_provider: trace.TracerProvider | None = None,
+    run_id: str | None = None,
+    context: ContextPolicy | None = None,
+    tool_threads: int = DEFAULT_TOOL_THREADS,
+) -> RunResult:
+    """Run ``agent`` on ``prompt`` to its end and return the result tree.
+
+    The options are :func:`open_run`'s; no events are published (nobody could read them).
+    """
+    async with open_run(
+        agent,
+        prompt,
+        model=model,
+        limits=limits,
+        policy=policy,
+        deps=deps,
+        message_history=message_history,
+        tracer_provider=tracer_provider,
+        event_buffer=0,
+        run_id=run_id,
+        context=context,
+        tool_threads=tool_threads,
+    ) as handle:
+        return await handle.result()
+
+
+def run_sync(
+    agent: Agent,
+    prompt: str,
+    *,
+    model: Model | str | None = None,
+    limits: Limits | None = None,
+    policy: Policy | None = None,
+    deps: Any = None,
+    message_history: Sequence[Message] | None = None,
+    tracer_provider: trace.TracerProvider | None = None,
+    run_id: str | None = None,
+    context: ContextPolicy | None = None,
+    tool_threads: int = DEFAULT_TOOL_THREADS,
+) -> RunResult:
+    """:func:`run` under ``trio.run``, then a bounded flush of the tracer provider's spans."""
+    if _in_trio():
+        raise ConfigurationError(
+            "run_sync() was called inside trio (a trio program, a test or a tool): "
+            "use `await run(...)` there"
+        )
+    result = trio.run(
+        partial(
+            run,
+            agent,
+            prompt,
+            model=model,
+            limits=limits,
+            policy=policy,
+            deps=deps,
+            message_history=message_history,
+            tracer_provider=tracer_provider,
+            run_id=run_id,
+            context=context,
+            tool_threads=tool_threads,
+        )
+    )
+    flush_tracer_provider(tracer_provider, timeout=2.0)
+    return result
+
+
+def _in_trio() -> bool:
+    """Whether this code runs in a trio task."""
+    try:
+        trio.lowlevel.current_task()
+    except RuntimeError:
+        return False
+    return True

@@ -1,0 +1,755 @@
+"""Tools: ``@tool``, argument validation, and errors as results.
+
+A tool is a sync or async function with type hints and a docstring. ``@tool`` builds a pydantic
+model from the signature (so the model sees a JSON schema, and arguments are validated before
+the call) and reads parameter descriptions from the docstring's ``Args:`` section. A first
+parameter annotated :class:`ToolContext` is injected by the runtime and left out of the schema.
+
+Everything that can go wrong in a call (bad arguments, an unknown tool, an exception, a hang)
+becomes an ``is_error`` tool result whose text says what was wrong and how to fix it, because
+the model can often recover and an exception would lose the whole run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import dis
+import functools
+import inspect
+import json
+import math
+import random
+import re
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, overload
+
+import pydantic
+import trio
+
+from ..models.base import ToolSpec
+from ..tracing import spans
+from .cancellation import is_cancellation
+from .errors import ConfigurationError, ToolError, exception_type
+from .messages import ToolResultBlock, ToolUseBlock, canonical_json, is_blank, well_formed
+from .redact import redact
+
+__all__ = ["Tool", "ToolContext", "tool"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+_NAME_RE = re.compile(r"[a-zA-Z0-9_-]{1,64}")  # fullmatch ("$" allows "x\n")
+RESERVED_TOOL_NAMES = frozenset({"spawn_subagent"})
+NO_OUTPUT = "(no output)"
+MAX_ERROR_CHARS = 100_000
+"""The cap of an error result made outside a tool call (the loop's refusals)."""
+_SHOWN_PROBLEMS = 10
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    """What the runtime tells a tool about the call it is serving.
+
+    Declare a first parameter annotated ``ToolContext`` to receive it; it never appears in the
+    tool's schema. ``deps`` is whatever the caller passed to ``run(..., deps=...)``.
+    """
+
+    run_id: str
+    agent_name: str
+    agent_path: str
+    depth: int
+    deps: Any = None
+    tool_call_id: str = ""
+    _runtime: Any = field(default=None, repr=False, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRuntime:
+    """Per-agent execution settings for tool calls (internal)."""
+
+    timeout: float
+    max_result_chars: int
+    thread_limiter: trio.CapacityLimiter
+    on_abandoned_thread: Callable[[], None] = lambda: None
+
+
+class Tool:
+    """A callable the model may ask for, with its schema and validation.
+
+    Build tools with :func:`tool`; instances are immutable and can be shared by many agents.
+    """
+
+    __slots__ = (
+        "_plain_fields",
+        "_spec",
+        "_validator",
+        "args_model",
+        "description",
+        "fn",
+        "idempotent",
+        "input_schema",
+        "is_async",
+        "max_retries",
+        "name",
+        "never_waits",
+        "runtime_tool",
+        "spec_chars",
+        "takes_context",
+    )
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        idempotent: bool = False,
+        max_retries: int = 2,
+        _allow_reserved: bool = False,
+        _runtime_tool: bool = False,
+    ) -> None:
+        if not callable(fn) or isinstance(fn, Tool):
+            raise ConfigurationError(f"@tool needs a function, got {fn!r}")
+        self.fn = fn
+        self.name: str = name or str(getattr(fn, "__name__", ""))
+        if not _NAME_RE.fullmatch(self.name):
+            raise ConfigurationError(
+                f"tool name {self.name!r} must be 1-64 letters, digits, '_' or '-'"
+            )
+        if self.name in RESERVED_TOOL_NAMES and not _allow_reserved:
+            raise ConfigurationError(
+                f"tool name {self.name!r} is reserved for the runtime; rename the tool"
+            )
+        runs = _annotated(fn)
+        if inspect.isgeneratorfunction(runs) or inspect.isasyncgenfunction(runs):
+            raise ConfigurationError(
+                f"tool {self.name!r} is a generator function; a tool returns its whole result "
+                "(collect the items into a list or a string)"
+            )
+        doc = runs.__doc__  # its own (inspect.getdoc would find "Call self as a function.")
+        if doc is None and not isinstance(fn, functools.partial):  # not functools' docstring
+            doc = inspect.getdoc(fn)  # a callable object's class
+        summary, param_docs = _parse_docstring(inspect.cleandoc(doc) if doc else "")
+        self.description = description if description is not None else summary
+        self.idempotent = idempotent
+        self.max_retries = max_retries if idempotent else 0
+        self.runtime_tool = _runtime_tool  # spawn_subagent: no timeout, bugs propagate
+        # what runs is ``fn`` itself (an ``async def`` wrapper of a sync function is async), but
+        # a sync wrapper returning the coroutine of an ``async def`` it wraps is async too
+        self.is_async = (
+            inspect.iscoroutinefunction(fn)
+            or inspect.iscoroutinefunction(inspect.unwrap(fn))
+            or inspect.iscoroutinefunction(
+                getattr(fn, "__call__", None)  # noqa: B004 - objects with an async __call__
+            )
+        )
+        self.never_waits = _never_waits(fn)
+        """An ``async def`` whose body has no ``await``: it cannot reach a checkpoint."""
+        self.takes_context, self.args_model, schema = _build_args_model(self.name, fn, param_docs)
+        schema.pop("title", None)
+        for prop in schema.get("properties", {}).values():
+            if isinstance(prop, dict):
+                prop.pop("title", None)
+        self.input_schema: dict[str, Any] = schema
+        self._spec = ToolSpec(self.name, self.description, self.input_schema)
+        self._validator = self.args_model.__pydantic_validator__
+        self._plain_fields = _plain_fields(self.args_model)
+        self.spec_chars = len(self.name) + len(self.description) + len(canonical_json(schema))
+        """The tool's size in the prompt, for input estimates."""
+
+    @property
+    def spec(self) -> ToolSpec:
+        """The tool as the model sees it."""
+        return self._spec
+
+    def __repr__(self) -> str:
+        return f"Tool({self.name!r})"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the function itself, as code and tests may (no validation, timeout or retry:
+        that is the runtime's when the model calls it)."""
+        return self.fn(*args, **kwargs)
+
+    def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """Validated keyword arguments for the function; raises pydantic's ValidationError."""
+        plain = self._plain_fields
+        if plain is not None and type(arguments) is dict:
+            # Arguments that are already exactly what every field declares (the common case
+            # for str/int/float/bool parameters) are what pydantic would return: no need to
+            # build its model instance. Anything else (a conversion, an error) goes to it.
+            kwargs: dict[str, Any] = {}
+            given = 0
+            for name, kind, default in plain:
+                if name in arguments:
+                    value = arguments[name]
+                    if type(value) is not kind:
+                        break
+                    kwargs[name] = value
+                    given += 1
+                elif default is _REQUIRED:
+                    break
+                else:
+                    kwargs[name] = default
+            else:
+                if given == len(arguments):  # no extra keys (the model forbids them)
+                    return kwargs
+        # the validator itself (model_validate adds a Python-level call), and the instance's
+        # __dict__, which holds exactly the declared fields
+        return dict(self._validator.validate_python(arguments).__dict__)
+
+
+@overload
+def tool(fn: F, /) -> Tool: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    idempotent: bool = False,
+    max_retries: int = 2,
+) -> Callable[[F], Tool]: ...
+
+
+def tool(
+    fn: F | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    idempotent: bool = False,
+    max_retries: int = 2,
+) -> Tool | Callable[[F], Tool]:
+    """Turn a typed function into a :class:`Tool`: ``@tool`` or ``@tool(idempotent=True)``.
+
+    Only ``idempotent=True`` tools are retried (up to ``max_retries`` times, with backoff) after
+    an exception or a timeout: a timeout can happen after a side effect succeeded, so retrying a
+    tool that mutates something is the caller's decision, not the runtime's. A ``ToolError`` is
+    the tool's own final word and goes to the model at once, never retried.
+    """
+
+    def wrap(f: F) -> Tool:
+        return Tool(
+            f, name=name, description=description, idempotent=idempotent, max_retries=max_retries
+        )
+
+    return wrap(fn) if fn is not None else wrap
+
+
+def _never_waits(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` is an ``async def`` whose own body never suspends.
+
+    A coroutine suspends only at a ``YIELD_VALUE`` (every ``await``, ``async for`` and ``async
+    with`` compiles to one); without any, a call finishes in its first step and never reaches
+    a trio checkpoint, so no timeout could ever interrupt it. Anything but a plain ``async def``
+    (a partial, a callable object, a sync wrapper) is assumed to wait; an ``async def`` wrapper
+    is judged by its own body, which is what runs. The one way around it is a greenlet portal
+    (``greenback.await_`` called from sync code), which suspends a task without an ``await``
+    in the coroutine: a tool doing that must have an ``await`` of its own to keep its timeout.
+    """
+    if not isinstance(fn, types.FunctionType) or not fn.__code__.co_flags & inspect.CO_COROUTINE:
+        return False
+    # co_code, which dis reads, is never the instrumented copy (INSTRUMENTED_YIELD_VALUE)
+    return all("YIELD" not in ins.opname for ins in dis.get_instructions(fn.__code__))
+
+
+_PARAM_SECTIONS = frozenset(
+    {"args", "arguments", "parameters", "params", "keyword args", "keyword arguments"}
+)
+_OTHER_SECTIONS = frozenset(
+    {
+        "returns",
+        "return",
+        "raises",
+        "yields",
+        "yield",
+        "examples",
+        "example",
+        "note",
+        "notes",
+        "see also",
+        "warning",
+        "warnings",
+        "references",
+        "attributes",
+        "other parameters",
+    }
+)
+_SPHINX_PARAM = re.compile(r":param\s+(?:[^:]*\s+)?(\w+):\s*(.*)")
+_GOOGLE_PARAM = re.compile(r"(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)")
+_NUMPY_PARAM = re.compile(r"(\w+)(?:\s*:.*)?")
+
+
+def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
+    """Split a docstring into its description and its parameter docs.
+
+    Google (``Args:``), NumPy (``Parameters`` over a dashed line) and Sphinx (``:param x:``)
+    styles. Other sections (``Returns``, ``Raises``, ``Examples`` ...) are left out of the
+    description: the model reads the schema, not the function's contract with its callers.
+    """
+    lines = doc.splitlines()
+    summary: list[str] = []
+    params: dict[str, str] = {}
+    section: str | None = None  # None: the description; "params"; "other"
+    numpy = False
+    header_indent = 0
+    param_indent: int | None = None
+    current: str | None = None
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        stripped = line.strip()
+        indent = len(line) - len(line.lstrip())
+        underline = lines[i + 1].strip() if i + 1 < len(lines) else ""
+        dashed = len(underline) >= 3 and set(underline) == {"-"}
+        name = stripped.rstrip(":").lower()
+        if (stripped.endswith(":") or dashed) and name in _PARAM_SECTIONS | _OTHER_SECTIONS:
+            section = "params" if name in _PARAM_SECTIONS else "other"
+            numpy, header_indent, param_indent, current = dashed, indent, None, None
+            i += 2 if dashed else 1
+            continue
+        sphinx = _SPHINX_PARAM.match(stripped)
+        if sphinx:
+            params[sphinx.group(1)] = sphinx.group(2)
+            i += 1
+            continue
+        if stripped.startswith(":"):  # other Sphinx fields (:returns:, :raises ...:)
+            i += 1
+            continue
+        if section is not None and stripped and not numpy and indent <= header_indent:
+            section = None  # a Google section ends where the text comes back to its margin
+        if section is None:
+            summary.append(line)
+        elif section == "params" and stripped:
+            if numpy:
+                is_name = indent <= header_indent
+                match = _NUMPY_PARAM.fullmatch(stripped) if is_name else None
+            else:
+                param_indent = indent if param_indent is None else param_indent
+                is_name = indent <= param_indent
+                match = _GOOGLE_PARAM.fullmatch(stripped) if is_name else None
+            if match:
+                current = match.group(1)
+                params[current] = match.group(2) if not numpy else ""
+            elif current is not None:
+                params[current] = f"{params[current]} {stripped}".strip()
+        i += 1
+    return "\n".join(summary).strip(), params
+
+
+def _annotated(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Where ``fn``'s code and type hints are: a partial's function, a callable object's
+    ``__call__``, else ``fn`` itself."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if inspect.isroutine(fn) or inspect.isclass(fn):
+        return fn
+    call: Callable[..., Any] = getattr(fn, "__call__", fn)  # noqa: B004 - a callable object
+    return call
+
+
+def _bound_keywords(fn: Callable[..., Any]) -> frozenset[str]:
+    """Keyword arguments a partial (or a partial of a partial) fixes."""
+    names: set[str] = set()
+    while isinstance(fn, functools.partial):
+        names.update(fn.keywords)
+        fn = fn.func
+    return frozenset(names)
+
+
+def _mentions_context(annotation: Any) -> bool:
+    if annotation is ToolContext:
+        return True
+    return any(_mentions_context(a) for a in typing.get_args(annotation))
+
+
+def _build_args_model(
+    tool_name: str, fn: Callable[..., Any], param_docs: Mapping[str, str]
+) -> tuple[bool, type[pydantic.BaseModel], dict[str, Any]]:
+    """Whether ``fn`` takes a ToolContext, its arguments model, and that model's JSON schema."""
+    try:
+        hints = typing.get_type_hints(_annotated(fn), include_extras=True)
+    except Exception as exc:
+        raise ConfigurationError(
+            f"tool {tool_name!r}: cannot resolve its type hints: {exc}"
+        ) from exc
+    takes_context = False
+    fields: dict[str, Any] = {}
+    bound = _bound_keywords(fn)
+    for i, (pname, param) in enumerate(inspect.signature(fn).parameters.items()):
+        if pname in bound:  # fixed by the code that made the tool: neither shown nor settable
+            continue
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise ConfigurationError(
+                f"tool {tool_name!r}: *args and **kwargs cannot be described to a model"
+            )
+        annotation = hints.get(pname, inspect.Parameter.empty)
+        if typing.get_origin(annotation) is typing.Annotated:
+            base = typing.get_args(annotation)[0]  # constraints stay on the field's annotation
+        else:
+            base = annotation
+        if base is not ToolContext and _mentions_context(base):
+            # an Optional[ToolContext] would be a model-supplied argument: a forged context
+            raise ConfigurationError(
+                f"tool {tool_name!r}: annotate {pname!r} as plain ToolContext (it is always "
+                "given); any other type naming ToolContext would let the model fill it in"
+            )
+        if param.kind is param.POSITIONAL_ONLY and base is not ToolContext:
+            raise ConfigurationError(
+                f"tool {tool_name!r}: parameter {pname!r} is positional-only, but the model "
+                "passes arguments by name"
+            )
+        if base is ToolContext:
+            if i != 0:
+                raise ConfigurationError(
+                    f"tool {tool_name!r}: the ToolContext parameter must come first"
+                )
+            takes_context = True
+            continue
+        if annotation is inspect.Parameter.empty and pname in ("self", "cls") and i == 0:
+            method = getattr(fn, "__name__", tool_name)
+            raise ConfigurationError(
+                f"tool {tool_name!r} is a method: make the tool from the bound method "
+                f"(tool(instance.{method})), not with @tool in the class"
+            )
+        if annotation is inspect.Parameter.empty:
+            raise ConfigurationError(
+                f"tool {tool_name!r}: parameter {pname!r} has no type hint; "
+                "annotate every parameter so its schema can be generated"
+            )
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[pname] = (annotation, pydantic.Field(default, description=param_docs.get(pname)))
+    try:
+        model = pydantic.create_model(
+            f"{tool_name}_arguments",
+            __config__=pydantic.ConfigDict(extra="forbid", arbitrary_types_allowed=False),
+            **fields,
+        )
+        schema = model.model_json_schema()
+    except Exception as exc:
+        raise ConfigurationError(
+            f"tool {tool_name!r}: its parameters have no JSON schema: {exc}"
+        ) from exc
+    lost = sorted(set(fields) - set(model.model_fields))
+    if lost:  # names pydantic keeps for itself (model_config) are silently not fields
+        raise ConfigurationError(
+            f"tool {tool_name!r}: rename parameter(s) {lost}: pydantic keeps these names for "
+            "itself, so they would never reach the function"
+        )
+    return takes_context, typing.cast(type[pydantic.BaseModel], model), schema
+
+
+_REQUIRED = object()
+_PLAIN_TYPES = (str, int, float, bool)
+_PLAIN_DEFAULTS = (str, int, float, bool, type(None))
+
+
+def _plain_fields(model: type[pydantic.BaseModel]) -> tuple[tuple[str, type, Any], ...] | None:
+    """``(name, type, default)`` of each field if every one is a bare ``str``, ``int``,
+    ``float`` or ``bool`` with no constraint, alias or mutable default; else ``None``.
+
+    For such fields a value of exactly the declared type passes pydantic unchanged, and a
+    missing one takes its default as it is (pydantic does not validate defaults), which is what
+    :meth:`Tool.validate`'s fast path relies on.
+    """
+    plain: list[tuple[str, type, Any]] = []
+    for name, info in model.model_fields.items():
+        if (
+            info.annotation not in _PLAIN_TYPES
+            or info.metadata
+            or info.alias is not None
+            or info.validation_alias is not None
+            or info.default_factory is not None
+            or info.validate_default  # pydantic would convert the default
+        ):
+            return None
+        if info.is_required():
+            default: Any = _REQUIRED
+        elif type(info.default) in _PLAIN_DEFAULTS:
+            default = info.default
+        else:
+            return None
+        plain.append((name, typing.cast(type, info.annotation), default))
+    return tuple(plain)
+
+
+def to_content(value: Any) -> str:
+    """A tool's return value as the text the model reads."""
+    if isinstance(value, str):
+        # the API may refuse a blank result (is_blank, inline: every result passes here)
+        return NO_OUTPUT if not value or value.isspace() else value
+    if value is None:
+        return NO_OUTPUT
+    if isinstance(value, pydantic.BaseModel):
+        try:
+            return value.model_dump_json()
+        except ValueError:  # pydantic could not serialize a field (say, non-UTF-8 bytes)
+            return json.dumps(value.model_dump(), ensure_ascii=False, default=_json_default)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return f"(binary data, {len(value)} bytes, not shown)"
+    if isinstance(value, dict | list | tuple | int | float | bool):
+        try:
+            return json.dumps(value, ensure_ascii=False, default=_json_default)
+        except (TypeError, ValueError):
+            return repr(value)
+    return str(value)
+
+
+def _json_default(value: Any) -> Any:
+    """JSON for what ``json`` cannot write: models and dataclasses nested in a result as
+    data, anything else as its ``str()``."""
+    if isinstance(value, pydantic.BaseModel):
+        return value.model_dump()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return str(value)
+
+
+def describe_exception(exc: BaseException, *, with_type: bool = True) -> str:
+    """``Type: message`` for an exception, even one whose ``str()`` raises.
+
+    A group (a tool's own nursery wraps what its tasks raised) is described by its leaves:
+    "Exceptions from Trio nursery" says nothing the model can act on.
+    """
+    if isinstance(exc, BaseExceptionGroup):
+        leaves = _leaves(exc)
+        described = [describe_exception(e, with_type=not isinstance(e, ToolError)) for e in leaves]
+        return "; ".join(described)
+    try:
+        message = str(exc)
+    except Exception:
+        message = "(its message could not be read)"
+    return f"{type(exc).__name__}: {message}" if with_type else message
+
+
+def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
+    out: list[BaseException] = []
+    for e in group.exceptions:
+        out.extend(_leaves(e) if isinstance(e, BaseExceptionGroup) else [e])
+    return out
+
+
+def _only_tool_errors(exc: BaseException) -> bool:
+    """A ``ToolError``, or a group of nothing else: the tool's own words for the model."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(isinstance(e, ToolError) for e in _leaves(exc))
+    return isinstance(exc, ToolError)
+
+
+def cap(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters with a visible marker saying what was cut."""
+    if len(text) <= limit:
+        return text
+    return (
+        f"{text[:limit]}\n[truncated: showing {limit} of {len(text)} characters; "
+        "ask for a narrower range or a smaller page]"
+    )
+
+
+def error_result(
+    call_id: str, message: str, limit: int = MAX_ERROR_CHARS, kind: str = "tool_error"
+) -> ToolResultBlock:
+    """An ``is_error`` result (redacted with the run's secret snapshot, see ``RUN_SECRETS``),
+    capped like any result: an exception quoting a whole HTTP body, or a long list of bad
+    arguments, must not fill the context window. ``kind`` is its ``error_type``."""
+    if is_blank(message):  # the API refuses an empty is_error result (a fatal 400)
+        message = "the call failed without an error message"
+    return ToolResultBlock(call_id, cap(redact(well_formed(message)), limit), True, kind)
+
+
+def describe_validation_error(t: Tool, exc: pydantic.ValidationError) -> str:
+    """What was wrong with the arguments (the first few problems), and the schema to fix them
+    against."""
+    errors = exc.errors(include_url=False)
+    problems = []
+    for err in errors[:_SHOWN_PROBLEMS]:
+        loc = ".".join(str(p) for p in err["loc"]) or "(arguments)"
+        problems.append(f"{loc}: {err['msg']}")
+    if len(errors) > _SHOWN_PROBLEMS:
+        problems.append(f"and {len(errors) - _SHOWN_PROBLEMS} more")
+    return (
+        f"invalid arguments for tool {t.name!r}: {'; '.join(problems)}. "
+        f"Call it again with arguments matching this schema: {canonical_json(t.input_schema)}"
+    )
+
+
+def arguments_of(t: Tool, call: ToolUseBlock) -> dict[str, Any] | str:
+    """The call's validated keyword arguments, or what is wrong with them (for the model)."""
+    if type(call.input) is not dict and not isinstance(call.input, Mapping):
+        return (
+            f"arguments for tool {t.name!r} must be a JSON object, got {type(call.input).__name__}. "
+            f"Call it again with arguments matching this schema: {canonical_json(t.input_schema)}"
+        )
+    try:
+        return t.validate(call.input)
+    except pydantic.ValidationError as exc:
+        return describe_validation_error(t, exc)
+
+
+async def execute(
+    t: Tool, call: ToolUseBlock, ctx: ToolContext | None, rt: ToolRuntime
+) -> ToolResultBlock:
+    """Run one validated call to ``t`` and turn whatever happens into a tool result.
+
+    Sync tools run in a worker thread that a timeout abandons (a Python thread cannot be
+    killed); the abandoned thread is reported through ``rt.on_abandoned_thread``. Cancellation
+    from outside propagates: the caller records a synthetic result for the cut call. ``ctx`` is
+    only built (and only needed) for tools that take one.
+    """
+    limit = rt.max_result_chars
+    try:  # arguments_of's work, without its frame on every call: it only words the error
+        kwargs = t.validate(call.input)
+    except pydantic.ValidationError:
+        problem = typing.cast(str, arguments_of(t, call))
+        return error_result(call.id, problem, limit, "invalid_arguments")
+    args = (ctx,) if t.takes_context else ()
+    if t.runtime_tool:
+        # spawn_subagent, awaited here and not in _attempt: a child's whole loop runs under
+        # this call, and every frame less is one less to pass through at each of its waits.
+        # No timeout or retries (the child has its own bounds); a bug in it propagates.
+        try:
+            value = await t.fn(*args, **kwargs)
+        except ToolError as exc:
+            message = describe_exception(exc, with_type=False)
+            return error_result(call.id, message, limit, "ToolError")
+        return _value_result(t, call, value, rt)
+    attempt = 0
+    while True:
+        outcome = await _attempt(t, args, kwargs, rt)
+        if isinstance(outcome, _Ok):
+            return _value_result(t, call, outcome.value, rt)
+        message = outcome.message
+        if not outcome.final and attempt < t.max_retries:
+            delay = min(0.25 * 2**attempt, 4.0) * (0.5 + random.random())
+            spans.record_retry(attempt + 1, outcome.kind, delay)
+            await trio.sleep(delay)
+            attempt += 1
+            continue
+        if attempt:
+            message = f"{message} (failed after {attempt + 1} attempts)"
+        return error_result(call.id, message, limit, outcome.kind)
+
+
+def _value_result(t: Tool, call: ToolUseBlock, value: Any, rt: ToolRuntime) -> ToolResultBlock:
+    """A tool's return value as its result: shown as text, redacted, capped."""
+    try:
+        text = to_content(value)
+        if not text.isascii():  # a lone surrogate (a name decoded with surrogateescape) cannot
+            text = well_formed(text)  # go into an HTTP body
+        text = redact(text)
+    except Exception as exc:  # a value whose str() or JSON form raises
+        return error_result(
+            call.id,
+            f"tool {t.name!r} returned a {type(value).__name__} that cannot be "
+            f"shown as text ({describe_exception(exc)}); return a string or JSON data",
+            kind="unshowable_result",
+        )
+    return ToolResultBlock(call.id, cap(text, rt.max_result_chars))
+
+
+class _SeenLimiter:
+    """The run's thread limiter, remembering whether this call got a slot (so a thread), and
+    whether every slot was taken when it asked (a timeout before the slot is not that)."""
+
+    __slots__ = ("acquired", "found_full", "inner")
+
+    def __init__(self, inner: trio.CapacityLimiter) -> None:
+        self.inner = inner
+        self.acquired = False
+        self.found_full = False
+
+    async def acquire_on_behalf_of(self, borrower: object) -> None:
+        self.found_full = self.inner.available_tokens == 0
+        await self.inner.acquire_on_behalf_of(borrower)
+        self.acquired = True
+
+    def release_on_behalf_of(self, borrower: object) -> None:
+        self.inner.release_on_behalf_of(borrower)
+
+
+@dataclass(frozen=True, slots=True)
+class _Ok:
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class _Failed:
+    """What the model reads, the kind of failure, and whether it is final (a ``ToolError``:
+    the tool's own last word, never retried)."""
+
+    message: str
+    kind: str
+    final: bool = False
+
+
+async def _attempt(
+    t: Tool, args: tuple[Any, ...], kwargs: dict[str, Any], rt: ToolRuntime
+) -> _Ok | _Failed:
+    """One call: the value, or how it failed."""
+    timeout = rt.timeout
+    limiter: _SeenLimiter | None = None
+    try:
+        if t.never_waits:  # no checkpoint in it for a timeout to fire at: no cancel scope (~9 µs)
+            return _Ok(await t.fn(*args, **kwargs))
+        with trio.move_on_after(timeout) if timeout < math.inf else contextlib.nullcontext():
+            if t.is_async:
+                return _Ok(await t.fn(*args, **kwargs))
+            limiter = _SeenLimiter(rt.thread_limiter)
+            try:
+                return _Ok(
+                    await trio.to_thread.run_sync(
+                        functools.partial(t.fn, *args, **kwargs),
+                        abandon_on_cancel=True,
+                        limiter=typing.cast("trio.CapacityLimiter", limiter),
+                    )
+                )
+            except BaseException as exc:
+                # by our timeout or by a cancellation from outside: a thread that got its slot
+                # cannot be stopped, so it is left to finish on its own and counted
+                if limiter.acquired and is_cancellation(exc):
+                    rt.on_abandoned_thread()
+                raise
+    except Exception as exc:
+        if _only_tool_errors(exc):
+            return _Failed(describe_exception(exc, with_type=False), "ToolError", final=True)
+        return _raised(t, exc)
+    except SystemExit as exc:  # say, argparse refusing the model's arguments: not the run's end
+        return _Failed(
+            f"tool {t.name!r} tried to exit the program (SystemExit {exc.code!r}); "
+            "check the arguments, or try a different approach.",
+            "SystemExit",
+        )
+    except BaseExceptionGroup as group:  # the same from the tool's own nursery
+        if not all(isinstance(e, Exception | SystemExit) for e in _leaves(group)):
+            raise  # a cancellation or a KeyboardInterrupt among them
+        return _raised(t, group)
+    if limiter is not None and not limiter.acquired:
+        if not limiter.found_full:  # a timeout too short to reach the thread at all
+            return _Failed(
+                f"tool {t.name!r} timed out after {timeout:g}s before it could start; it never "
+                "ran, so calling it again is safe",
+                "timeout",
+            )
+        pool = rt.thread_limiter
+        return _Failed(
+            f"tool {t.name!r} could not start within {timeout:g}s: all {pool.total_tokens} worker "
+            "threads for sync tools are busy (tools that timed out earlier may still hold them); "
+            "it never ran, so calling it again later is safe",
+            "no_worker_thread",
+        )
+    return _Failed(
+        f"tool {t.name!r} timed out after {timeout:g}s and was abandoned; "
+        "try a smaller request or a different approach",
+        "timeout",
+    )
+
+
+def _raised(t: Tool, exc: BaseException) -> _Failed:
+    return _Failed(
+        f"tool {t.name!r} raised {describe_exception(exc)}. "
+        "Check the arguments, or try a different approach.",
+        exception_type(exc),
+    )

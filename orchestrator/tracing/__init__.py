@@ -1,0 +1,65 @@
+"""Tracing: the spans a run makes, and the exporters that send them somewhere.
+
+The runtime only *uses* a tracer provider; :func:`configure_tracing` is where one gets
+configured. The span helpers (:mod:`.spans`), content capture (:mod:`.content`) and bounded
+flushes (:mod:`.flush`) need only the OpenTelemetry API; the exporter setup (:mod:`.setup`) and
+the trace view (:mod:`.view`) load the SDK or rich, so they are imported on first use of one of
+their names: ``import orchestrator.tracing`` stays light for programs that never trace.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from .content import CONTENT_CAPTURE_ENV as CONTENT_CAPTURE_ENV
+from .content import content_capture_enabled as content_capture_enabled
+from .content import content_for_span as content_for_span
+from .flush import flush_tracer_provider as flush_tracer_provider
+from .otlp_json import decode_otlp_json as decode_otlp_json
+from .otlp_json import encode_otlp_json as encode_otlp_json
+
+if TYPE_CHECKING:
+    from .setup import DEFAULT_SERVICE_NAME as DEFAULT_SERVICE_NAME
+    from .setup import OtlpJsonLinesExporter as OtlpJsonLinesExporter
+    from .setup import Protocol as Protocol
+    from .setup import TracingSetup as TracingSetup
+    from .setup import configure_tracing as configure_tracing
+    from .setup import resolve_otlp_endpoint as resolve_otlp_endpoint
+    from .setup import resolve_protocol as resolve_protocol
+
+__all__ = [
+    "CONTENT_CAPTURE_ENV",
+    "DEFAULT_SERVICE_NAME",
+    "OtlpJsonLinesExporter",
+    "Protocol",
+    "TracingSetup",
+    "configure_tracing",
+    "content_capture_enabled",
+    "content_for_span",
+    "decode_otlp_json",
+    "encode_otlp_json",
+    "flush_tracer_provider",
+    "resolve_otlp_endpoint",
+    "resolve_protocol",
+]
+
+_LAZY = frozenset(
+    {
+        "DEFAULT_SERVICE_NAME",
+        "OtlpJsonLinesExporter",
+        "Protocol",
+        "TracingSetup",
+        "configure_tracing",
+        "resolve_otlp_endpoint",
+        "resolve_protocol",
+    }
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(".setup", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

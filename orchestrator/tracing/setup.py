@@ -1,0 +1,743 @@
+"""Exporter setup for the orchestrator's OpenTelemetry traces.
+
+:func:`run <orchestrator.run>` only ever *uses* a tracer provider (the one passed to it or the
+global one); this module is where one gets *configured*, once, by the CLI or by a program that
+wants traces. It follows the standard ``OTEL_*`` variables so that pointing the orchestrator at
+Jaeger, a collector or Phoenix needs no code:
+
+========================================  ====================================================
+``OTEL_SERVICE_NAME``                     ``service.name`` (default ``orchestrator``)
+``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``    full traces URL, used as given (wins over the next)
+``OTEL_EXPORTER_OTLP_ENDPOINT``           base URL; ``/v1/traces`` is appended for HTTP
+``OTEL_EXPORTER_OTLP[_TRACES]_PROTOCOL``  ``http/protobuf`` (default) or ``grpc``
+``OTEL_TRACES_EXPORTER``                  ``otlp``, ``console``, ``none`` (comma-separated)
+========================================  ====================================================
+
+With no endpoint and no ``OTEL_TRACES_EXPORTER``, nothing leaves the machine: when the caller
+names a runs folder or a file, spans are written there as OTLP/JSON lines, the OpenTelemetry
+Collector file-exporter format, which :mod:`orchestrator.traceview` draws and can send to a
+collector later.
+
+Two measured hazards shape the export path (see ``notes/stack-facts.md``):
+
+* A dead collector blocked ``TracerProvider.shutdown()`` for 6.5 s (HTTP) and 7.4 s (gRPC) with
+  the default timeouts, and ``BatchSpanProcessor.force_flush`` ignores its timeout. So every
+  blocking call here runs in a daemon thread joined with a deadline, exporters get a short
+  request timeout, and once a shutdown's deadline passes the remaining batches fail fast
+  instead of each waiting out its own retries.
+* A 1,000-child run makes more than 10,000 spans, five times the SDK's default queue of 2,048.
+  The queue here holds 65,536 spans, and what still gets dropped is counted
+  (:attr:`TracingSetup.dropped_spans`) instead of vanishing with one log line.
+
+The heavy exporter modules (gRPC, protobuf, requests) are imported only when an exporter that
+needs them is built, so importing this module stays cheap for programs that never trace.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, Literal, cast
+from urllib.parse import urlsplit
+
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    ConsoleSpanExporter,
+    SpanExporter,
+    SpanExportResult,
+)
+
+from ..core.errors import ConfigurationError
+from .flush import run_bounded
+from .otlp_json import encode_otlp_json, encode_spans_json
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.resources import Resource
+
+__all__ = [
+    "DEFAULT_SERVICE_NAME",
+    "OtlpJsonLinesExporter",
+    "Protocol",
+    "TracingSetup",
+    "configure_tracing",
+    "resolve_otlp_endpoint",
+    "resolve_protocol",
+]
+
+_logger = logging.getLogger("orchestrator.tracing")
+
+Protocol = Literal["grpc", "http/protobuf"]
+
+DEFAULT_SERVICE_NAME: Final = "orchestrator"
+_PROTOCOLS: Final[tuple[Protocol, ...]] = ("http/protobuf", "grpc")
+_DEFAULT_HTTP_ENDPOINT: Final = "http://localhost:4318"
+_DEFAULT_GRPC_ENDPOINT: Final = "http://localhost:4317"
+_TRACES_PATH: Final = "/v1/traces"
+# The SDK's default batch is 512 spans; a 1-second schedule (SDK default: 5 s) makes a live
+# Jaeger view fill in while a run is still going, at the price of smaller early batches.
+_MAX_EXPORT_BATCH: Final = 512
+_SCHEDULE_DELAY_MS: Final = 1000
+# What a trace file has left at shutdown is mostly encoding work (~70 µs per span; a full
+# 65,536-span queue is ~5 s), not a network that may be dead: unless the caller gives a
+# timeout, it gets this long to drain instead of the export timeout.
+_FILE_SHUTDOWN_LIMIT: Final = 15.0
+
+
+# Endpoint and protocol resolution (shared with ``orchestrator trace export``).
+
+
+def resolve_protocol(protocol: str | None = None) -> Protocol:
+    """The OTLP protocol: the argument, else the traces-specific variable, else the general one.
+
+    Raises :class:`~orchestrator.errors.ConfigurationError` for anything but ``grpc`` and
+    ``http/protobuf``: the Python exporters cannot send ``http/json``, and silently sending
+    something else to a collector that expects it would lose the whole trace.
+    """
+    raw = (
+        (
+            protocol
+            or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+            or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+            or "http/protobuf"
+        )
+        .strip()
+        .lower()
+    )
+    for known in _PROTOCOLS:
+        if raw == known:
+            return known
+    raise ConfigurationError(f"unsupported OTLP protocol {raw!r}: use 'http/protobuf' or 'grpc'")
+
+
+def _traces_url(base: str, *, always_append: bool) -> str:
+    """An OTLP/HTTP traces URL from a base URL.
+
+    The spec says ``OTEL_EXPORTER_OTLP_ENDPOINT`` always gets ``/v1/traces`` appended; for an
+    explicit endpoint (``--endpoint``) we append it only when the URL has no path, so both
+    ``http://host:4318`` and ``http://host:4318/v1/traces`` do what the user meant.
+    """
+    if "://" not in base:
+        base = "http://" + base
+    path = urlsplit(base).path
+    if always_append or path in ("", "/"):
+        return base.rstrip("/") + _TRACES_PATH
+    return base
+
+
+def resolve_otlp_endpoint(endpoint: str | None = None, protocol: str | None = None) -> str | None:
+    """Where OTLP traces go, or ``None`` when nothing names an endpoint.
+
+    Precedence: the argument, then ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (used exactly as
+    given, per the spec), then ``OTEL_EXPORTER_OTLP_ENDPOINT`` (a base URL). For HTTP the result
+    is the full ``.../v1/traces`` URL; for gRPC it is the URL as given (the exporter keeps only
+    host and port, and takes ``http://`` to mean plaintext).
+    """
+    traces = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
+    base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
+    if not (endpoint or traces or base):
+        return None  # the protocol variable matters only where something is sent
+    http = resolve_protocol(protocol) == "http/protobuf"
+    if endpoint:
+        return _traces_url(endpoint, always_append=False) if http else endpoint
+    if traces:  # as given, but a bare host:port means plain HTTP as it does for the base URL
+        return "http://" + traces if http and "://" not in traces else traces
+    return _traces_url(base, always_append=True) if http else base
+
+
+def _selected_exporters() -> tuple[set[str], bool]:
+    """``OTEL_TRACES_EXPORTER`` as a set of names, and whether the variable was set at all."""
+    raw = os.environ.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    if not raw:
+        return set(), False
+    names = {part.strip() for part in raw.split(",") if part.strip()}
+    unknown = names - {"otlp", "console", "none"}
+    if unknown:
+        _logger.warning(
+            "OTEL_TRACES_EXPORTER: ignoring unsupported exporter(s) %s", ", ".join(sorted(unknown))
+        )
+    return names - unknown, True
+
+
+class OtlpJsonLinesExporter(SpanExporter):
+    """Appends each exported batch to ``path`` as one OTLP/JSON line.
+
+    The file is created (with its folder) on the first batch, so a run that makes no spans
+    leaves no empty trace behind. Each line is written and flushed whole, so a crash loses at
+    most the batches still queued, and a reader never sees half a line from a finished batch.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._file: Any = None
+        self._closed = False
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if not spans:
+            return SpanExportResult.SUCCESS
+        try:
+            line = (encode_spans_json(spans) + "\n").encode("utf-8")
+        except UnicodeEncodeError:
+            # a lone surrogate in some string (a file name, a model's broken escape): the
+            # protobuf path drops just that attribute, as the SDK's encoder always did
+            from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+            line = (encode_otlp_json(encode_spans(spans)) + "\n").encode("utf-8")
+        with self._lock:
+            if self._closed:
+                return SpanExportResult.FAILURE
+            try:
+                if self._file is None:
+                    self.path.parent.mkdir(parents=True, exist_ok=True)
+                    self._file = self.path.open("ab")
+                self._file.write(line)
+                self._file.flush()
+            except OSError as exc:
+                _logger.error("cannot write trace file %s: %s", self.path, exc)
+                return SpanExportResult.FAILURE
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        with self._lock:
+            self._closed = True
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return True
+
+
+# --------------------------------------------------------------------------------------------
+# Counting and bounding around the SDK's batch processor.
+
+
+class _CountingExporter(SpanExporter):
+    """Wraps an exporter to count what it was given and what it delivered.
+
+    It also carries the shutdown deadline: past ``give_up_at`` a batch fails at once, and once
+    a batch has failed during shutdown so do the rest, so a dead endpoint costs one export
+    attempt at exit rather than one per remaining batch.
+    """
+
+    def __init__(self, inner: SpanExporter, kind: str) -> None:
+        self.inner = inner
+        self.kind = kind
+        self.handed = 0
+        self.exported = 0
+        self.failed = 0
+        self.give_up_at: float | None = None
+        self._lock = threading.Lock()
+        self._inner_shut = False
+
+    def _count(self, *, handed: int = 0, exported: int = 0, failed: int = 0) -> None:
+        with self._lock:
+            self.handed += handed
+            self.exported += exported
+            self.failed += failed
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        n = len(spans)
+        self._count(handed=n)
+        if self.give_up_at is not None and time.monotonic() >= self.give_up_at:
+            self._count(failed=n)
+            return SpanExportResult.FAILURE
+        try:
+            result = self.inner.export(spans)
+        except Exception:
+            _logger.exception("%s span exporter raised", self.kind)
+            result = SpanExportResult.FAILURE
+        if result is SpanExportResult.SUCCESS:
+            self._count(exported=n)
+        else:
+            self._count(failed=n)
+            if self.give_up_at is not None:
+                # Shutting down and a batch just failed after its own retries: the rest would
+                # fail the same way, one timeout each. Give up on them now.
+                self.give_up_at = time.monotonic()
+        return result
+
+    def shutdown(self) -> None:
+        """Shut the wrapped exporter down once (the OTLP ones warn on a second call)."""
+        with self._lock:
+            if self._inner_shut:
+                return
+            self._inner_shut = True
+        try:
+            self.inner.shutdown()
+        except Exception:
+            _logger.exception("%s span exporter failed to shut down", self.kind)
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+
+class _CountingBatchSpanProcessor(BatchSpanProcessor):
+    """A ``BatchSpanProcessor`` that knows how many spans it lost.
+
+    The SDK drops the oldest queued span when the queue is full and only logs it. So we count
+    at the edges: a sampled span that ended here, was never handed to the exporter and is no
+    longer queued was dropped (queue overflow, or ended after shutdown). Once the queue is
+    drained (after a flush or shutdown) this is exact; while spans flow it is off by at most
+    the batch the worker has just popped and not yet handed over.
+    """
+
+    def __init__(self, exporter: _CountingExporter, *, max_queue_size: int) -> None:
+        super().__init__(
+            exporter,
+            max_queue_size=max_queue_size,
+            max_export_batch_size=min(_MAX_EXPORT_BATCH, max_queue_size),
+            schedule_delay_millis=_SCHEDULE_DELAY_MS,
+        )
+        self.counter = exporter
+        self._ended = 0
+        self._ended_lock = threading.Lock()
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if span.context is not None and span.context.trace_flags.sampled:
+            with self._ended_lock:
+                self._ended += 1
+        super().on_end(span)
+
+    @property
+    def ended(self) -> int:
+        return self._ended
+
+    def _pending(self) -> int:
+        """Spans still queued (private SDK state, read defensively; 0 if it ever moves)."""
+        queue = getattr(getattr(self, "_batch_processor", None), "_queue", None)
+        try:
+            return len(queue) if queue is not None else 0
+        except TypeError:
+            return 0
+
+    @property
+    def dropped(self) -> int:
+        # While the worker is between popping a batch and exporting it, up to one batch is
+        # briefly counted as dropped; after a flush or shutdown the figure is exact.
+        return max(0, self._ended - self.counter.handed - self._pending())
+
+
+class _Dispatch(SpanProcessor):
+    """The one processor we add to a provider, passing spans to the live setups' processors.
+
+    The SDK cannot remove a processor from a provider: a program that configures tracing,
+    shuts it down and configures it again (a service, per job) would otherwise keep every
+    shut-down processor on the global provider, each costing every later span a little more.
+    """
+
+    def __init__(self) -> None:
+        self.targets: tuple[_CountingBatchSpanProcessor, ...] = ()
+        self._lock = threading.Lock()
+
+    def attach(self, processors: Sequence[_CountingBatchSpanProcessor]) -> None:
+        with self._lock:
+            self.targets = (*self.targets, *processors)
+
+    def detach(self, processors: Sequence[_CountingBatchSpanProcessor]) -> None:
+        with self._lock:
+            self.targets = tuple(p for p in self.targets if p not in processors)
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        for target in self.targets:
+            target.on_start(span, parent_context=parent_context)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        for target in self.targets:
+            target.on_end(span)
+
+    def shutdown(self) -> None:
+        for target in self.targets:
+            cast(Callable[[], None], target.shutdown)()  # unannotated in the SDK
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        flushed = [target.force_flush(timeout_millis) for target in self.targets]  # every one
+        return all(flushed)
+
+
+_DISPATCH: weakref.WeakKeyDictionary[TracerProvider, _Dispatch] = weakref.WeakKeyDictionary()
+_DISPATCH_LOCK = threading.Lock()
+
+
+def _dispatch_for(provider: TracerProvider) -> _Dispatch:
+    with _DISPATCH_LOCK:
+        dispatch = _DISPATCH.get(provider)
+        if dispatch is None:
+            dispatch = _DISPATCH[provider] = _Dispatch()
+            provider.add_span_processor(dispatch)
+        return dispatch
+
+
+def _shutdown_at_exit(provider: TracerProvider, timeout: float) -> None:
+    run_bounded(provider.shutdown, timeout, "trace provider shutdown")
+
+
+def _is_global(provider: TracerProvider) -> bool:
+    from opentelemetry import trace
+
+    return trace.get_tracer_provider() is provider
+
+
+# --------------------------------------------------------------------------------------------
+# The setup object and configure_tracing().
+
+
+class TracingSetup:
+    """What :func:`configure_tracing` built, and the handles to finish it properly.
+
+    Attributes:
+        tracer_provider: the provider spans go through (pass it to ``run()`` or rely on the
+            global one, which ``configure_tracing`` sets unless given a provider).
+        trace_file: the OTLP/JSON lines file, when spans are written locally.
+        endpoint: the OTLP URL spans are sent to, when they are.
+        protocol: ``grpc`` or ``http/protobuf`` when exporting over OTLP.
+        exporters: the exporters in use, e.g. ``("otlp",)``, ``("file",)`` or ``()``.
+        export_timeout: the per-request timeout, and the default bound for flush and shutdown.
+    """
+
+    def __init__(
+        self,
+        *,
+        tracer_provider: TracerProvider,
+        owns_provider: bool,
+        processors: Sequence[_CountingBatchSpanProcessor],
+        trace_file: Path | None,
+        endpoint: str | None,
+        protocol: Protocol | None,
+        export_timeout: float,
+    ) -> None:
+        self.tracer_provider = tracer_provider
+        self.trace_file = trace_file
+        self.endpoint = endpoint
+        self.protocol = protocol
+        self.export_timeout = export_timeout
+        self.exporters = tuple(p.counter.kind for p in processors)
+        self._owns_provider = owns_provider
+        self._processors = tuple(processors)
+        self._shut_down = False
+        self._shutdown_lock = threading.Lock()
+        atexit.register(self.shutdown)
+
+    def __enter__(self) -> TracingSetup:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        """``with configure_tracing() as setup:`` shuts down (bounded) on the way out."""
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        return (
+            f"TracingSetup(exporters={self.exporters!r}, endpoint={self.endpoint!r}, "
+            f"trace_file={self.trace_file!r})"
+        )
+
+    @property
+    def ended_spans(self) -> int:
+        """Sampled spans that ended and reached our processors (counted once per exporter)."""
+        return sum(p.ended for p in self._processors)
+
+    @property
+    def exported_spans(self) -> int:
+        """Spans the exporters delivered (the collector acknowledged, or the file took)."""
+        return sum(p.counter.exported for p in self._processors)
+
+    @property
+    def failed_spans(self) -> int:
+        """Spans handed to an exporter that failed (dead endpoint, rejection, disk error)."""
+        return sum(p.counter.failed for p in self._processors)
+
+    @property
+    def dropped_spans(self) -> int:
+        """Spans lost before export: the queue was full, or they ended while shutting down
+        (spans that end after :meth:`shutdown` no longer reach this setup at all)."""
+        return sum(p.dropped for p in self._processors)
+
+    def describe(self) -> str:
+        """One line for the CLI: where this run's spans went."""
+        parts = []
+        if self.endpoint:
+            parts.append(f"OTLP {self.protocol} → {self.endpoint}")
+        if self.trace_file is not None:
+            parts.append(f"file {self.trace_file}")
+        if "console" in self.exporters:
+            parts.append("console")
+        return "traces: " + (", ".join(parts) if parts else "not exported")
+
+    def force_flush(self, timeout: float | None = None) -> bool:
+        """Export everything queued so far, blocking at most ``timeout`` (default: the export
+        timeout) seconds. True when it all went out; False on a timeout or a failed export.
+        Spans not yet exported stay queued: a slow but live collector still gets them later."""
+        if self._shut_down or not self._processors:
+            return not self._processors or self.failed_spans == 0
+        failed_before = self.failed_spans
+        limit = self.export_timeout if timeout is None else timeout
+
+        def flush_all() -> bool:
+            return all(p.force_flush() for p in self._processors)
+
+        done = run_bounded(flush_all, limit, "trace flush", one_at_a_time=self)
+        return done and self.failed_spans == failed_before
+
+    async def flush(self, timeout: float | None = None) -> bool:
+        """:meth:`force_flush` for trio code: runs in a worker thread, never blocks the loop,
+        and returns within ``timeout`` even if cancelled (the flush continues in the
+        background)."""
+        import trio
+
+        return await trio.to_thread.run_sync(self.force_flush, timeout, abandon_on_cancel=True)
+
+    def shutdown(self, timeout: float | None = None) -> bool:
+        """Flush what is queued and close the exporters, within ``timeout`` seconds (default:
+        the export timeout). Safe to call twice; also registered with :mod:`atexit`.
+
+        Past the deadline, the remaining batches fail at once and in-flight requests are
+        interrupted, so exit never waits on a dead collector. Without a ``timeout``, a trace
+        file gets at least 15 s instead: its last batches are encoding work, which a big run's
+        backlog can take seconds of. Lost spans are logged as a warning and stay readable in
+        :attr:`dropped_spans` and :attr:`failed_spans`. Returns True when everything shut
+        down in time.
+        """
+        with self._shutdown_lock:
+            if self._shut_down:
+                return True
+            self._shut_down = True
+        atexit.unregister(self.shutdown)
+        if self._processors:  # spans ending from now on are no longer ours
+            _dispatch_for(self.tracer_provider).detach(self._processors)
+        limit = self.export_timeout if timeout is None else timeout
+        started = time.monotonic()
+        timers: list[threading.Timer] = []
+        bounds = [0.0]
+        for processor in self._processors:
+            # a file is never used alongside a collector, so this cannot eat into its time
+            bound = limit
+            if processor.counter.kind == "file" and timeout is None:
+                bound = max(limit, _FILE_SHUTDOWN_LIMIT)
+            processor.counter.give_up_at = started + bound
+            timer = threading.Timer(bound, processor.counter.shutdown)
+            timer.daemon = True
+            timer.start()
+            timers.append(timer)
+            bounds.append(bound)
+
+        def abort_exporters() -> None:
+            for processor in self._processors:
+                processor.counter.shutdown()
+
+        def shut() -> None:
+            for processor in self._processors:
+                # BatchSpanProcessor.shutdown is unannotated in the SDK.
+                cast(Callable[[], None], processor.shutdown)()
+            # a provider made global stays: OTel will not take another, and later setups of
+            # this process reuse it
+            if self._owns_provider and not _is_global(self.tracer_provider):
+                self.tracer_provider.shutdown()
+
+        done = run_bounded(shut, max(bounds) + 0.25, "trace shutdown")
+        for timer in timers:
+            timer.cancel()
+        abort_exporters()
+        self._report()
+        return done
+
+    def _report(self) -> None:
+        dropped, failed = self.dropped_spans, self.failed_spans
+        if dropped or failed:
+            _logger.warning(
+                "tracing: %d span(s) dropped (queue full or ended while shutting down), "
+                "%d span(s) failed to export",
+                dropped,
+                failed,
+            )
+
+
+def _default_trace_file(runs_dir: Path) -> Path:
+    """A fresh trace file name in ``runs_dir``: UTC start time, then the pid for uniqueness."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return runs_dir / f"trace-{stamp}-{os.getpid()}.jsonl"
+
+
+def _build_resource(service_name: str | None) -> Resource:
+    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+
+    resource = Resource.create()
+    if service_name:
+        return resource.merge(Resource({SERVICE_NAME: service_name}))
+    current = str(resource.attributes.get(SERVICE_NAME, ""))
+    if not current or current.startswith("unknown_service"):
+        resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE_NAME}))
+    return resource
+
+
+def _otlp_exporter(endpoint: str, protocol: Protocol, timeout: float) -> SpanExporter:
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+            OTLPSpanExporter as GrpcExporter,
+        )
+
+        insecure: bool | None = None
+        if "://" not in endpoint:
+            # No scheme: the exporter would assume TLS; for a bare host:port (the usual local
+            # collector) plaintext is what people mean, unless the variables say otherwise.
+            env = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_INSECURE") or os.environ.get(
+                "OTEL_EXPORTER_OTLP_INSECURE"
+            )
+            insecure = True if env is None else env.strip().lower() == "true"
+        return cast(
+            SpanExporter, GrpcExporter(endpoint=endpoint, insecure=insecure, timeout=timeout)
+        )
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+        OTLPSpanExporter as HttpExporter,
+    )
+
+    return cast(SpanExporter, HttpExporter(endpoint=endpoint, timeout=timeout))
+
+
+def _check_writable_folder(folder: Path) -> None:
+    """Refuse a trace file that could never be written, before the run (not after it)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigurationError(f"cannot create the trace folder {folder}: {exc}") from None
+    try:  # by writing: permission bits say nothing to root, nor about a read-only mount
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:  # its strerror: the probe file's random name says nothing
+        raise ConfigurationError(
+            f"cannot write trace files to {folder}: {exc.strerror or exc}"
+        ) from None
+
+
+def configure_tracing(
+    *,
+    service_name: str | None = None,
+    endpoint: str | None = None,
+    protocol: str | None = None,
+    tracer_provider: TracerProvider | None = None,
+    runs_dir: Path | str | None = None,
+    run_file: Path | str | None = None,
+    export_timeout: float = 2.0,
+    max_queue_size: int = 65_536,
+    set_global: bool = True,
+) -> TracingSetup:
+    """Set up span export from the arguments and the standard ``OTEL_*`` variables.
+
+    Args:
+        service_name: ``service.name``; default ``OTEL_SERVICE_NAME``, then ``orchestrator``.
+            Ignored when ``tracer_provider`` is given, or when an SDK provider is already
+            global and reused (a resource is fixed once made; a different name is warned of:
+            pass ``set_global=False`` for a provider of this setup's own).
+        endpoint: OTLP endpoint; default from ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` /
+            ``OTEL_EXPORTER_OTLP_ENDPOINT``. A base URL (``http://host:4318``) is fine.
+        protocol: ``http/protobuf`` or ``grpc``; default from ``OTEL_EXPORTER_OTLP_*PROTOCOL``,
+            then ``http/protobuf``.
+        tracer_provider: add our processors to this provider instead of creating one; it is
+            then neither made global nor shut down by :meth:`TracingSetup.shutdown` (only our
+            processors are).
+        runs_dir: when no OTLP exporter is in use, write the trace to a new file here.
+        run_file: like ``runs_dir`` but the exact file (appended to if it exists).
+        export_timeout: seconds per export request, and the default bound on flush/shutdown.
+        max_queue_size: spans the batch queue holds before dropping (and counting) the oldest.
+        set_global: make a newly created provider the global one (default). If the global
+            provider already is an SDK provider, it is reused instead, since OpenTelemetry
+            refuses to replace it.
+
+    Exporters: ``OTEL_TRACES_EXPORTER`` picks from ``otlp``, ``console`` (to stderr, keeping
+    stdout for the run's answer) and ``none``. Unset, OTLP is used when an endpoint is
+    configured, else the trace file when one is asked for, else nothing. ``none`` turns off
+    everything, the file included, and so does ``OTEL_SDK_DISABLED=true`` (the SDK then makes
+    no spans at all).
+    """
+    runs_dir = Path(runs_dir) if runs_dir is not None else None  # a str is fine too
+    run_file = Path(run_file) if run_file is not None else None
+    if export_timeout <= 0:
+        raise ConfigurationError("export_timeout must be positive")
+    if max_queue_size < 1:
+        raise ConfigurationError("max_queue_size must be at least 1")
+
+    if protocol is not None:  # an argument is checked even where it is not used
+        resolve_protocol(protocol)
+    names, explicit = _selected_exporters()
+    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        # the SDK makes no spans at all: no file or endpoint to point users at
+        names, explicit = {"none"}, True
+    if "none" in names:  # nothing is sent: no OTLP setting is read (nor refused)
+        if len(names) > 1:
+            _logger.warning("OTEL_TRACES_EXPORTER includes 'none': no spans will be exported")
+        resolved_endpoint, use_otlp, names = None, False, {"none"}
+    elif "otlp" in names or not explicit:  # OTLP may be used: its settings are read
+        resolved_endpoint = resolve_otlp_endpoint(endpoint, protocol)
+        use_otlp = "otlp" in names or resolved_endpoint is not None
+    else:  # console only
+        resolved_endpoint, use_otlp = None, False
+
+    exporters: list[_CountingExporter] = []
+    used_endpoint: str | None = None
+    used_protocol: Protocol | None = None
+    trace_file: Path | None = None
+    if use_otlp:
+        used_protocol = resolve_protocol(protocol)
+        used_endpoint = resolved_endpoint or (
+            _traces_url(_DEFAULT_HTTP_ENDPOINT, always_append=True)
+            if used_protocol == "http/protobuf"
+            else _DEFAULT_GRPC_ENDPOINT
+        )
+        exporters.append(
+            _CountingExporter(_otlp_exporter(used_endpoint, used_protocol, export_timeout), "otlp")
+        )
+    if "console" in names:
+        exporters.append(_CountingExporter(ConsoleSpanExporter(out=sys.stderr), "console"))
+    if not use_otlp and "none" not in names and (run_file is not None or runs_dir is not None):
+        trace_file = run_file if run_file is not None else _default_trace_file(cast(Path, runs_dir))
+        _check_writable_folder(trace_file.parent)
+        exporters.append(_CountingExporter(OtlpJsonLinesExporter(trace_file), "file"))
+
+    owns_provider = False
+    if tracer_provider is None:
+        from opentelemetry import trace
+
+        current = trace.get_tracer_provider()
+        if set_global and isinstance(current, TracerProvider):
+            tracer_provider = current
+            kept = current.resource.attributes.get("service.name")
+            if service_name and service_name != kept:
+                _logger.warning(
+                    "tracing: service_name %r ignored: the global tracer provider is reused and "
+                    "keeps %r (pass set_global=False for a provider of this setup's own)",
+                    service_name,
+                    kept,
+                )
+        else:
+            # shutdown_on_exit=False: the SDK's own atexit hook would call the unbounded
+            # shutdown; TracingSetup registers its bounded one instead.
+            tracer_provider = TracerProvider(
+                resource=_build_resource(service_name), shutdown_on_exit=False
+            )
+            owns_provider = True
+            if set_global:
+                trace.set_tracer_provider(tracer_provider)
+                # it outlives this setup (later setups reuse it): shut down at exit, after
+                # every setup (atexit runs in reverse), for processors users added themselves
+                atexit.register(_shutdown_at_exit, tracer_provider, export_timeout)
+
+    processors = [_CountingBatchSpanProcessor(e, max_queue_size=max_queue_size) for e in exporters]
+    if processors:
+        _dispatch_for(tracer_provider).attach(processors)
+    return TracingSetup(
+        tracer_provider=tracer_provider,
+        owns_provider=owns_provider,
+        processors=processors,
+        trace_file=trace_file,
+        endpoint=used_endpoint,
+        protocol=used_protocol,
+        export_timeout=export_timeout,
+    )

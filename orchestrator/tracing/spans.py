@@ -1,0 +1,365 @@
+"""The spans a run emits, following the OpenTelemetry GenAI semantic conventions.
+
+``invoke_agent {name}`` per agent run, ``turn {name}`` per loop turn, ``chat {model}`` per model
+call and ``execute_tool {name}`` per tool call; a child's ``invoke_agent`` sits under its
+spawn's ``execute_tool``. Standard ``gen_ai.usage.*`` attributes go on ``chat`` spans only, so
+backends that add them up do not count twice; subtree roll-ups use ``orchestrator.*`` names.
+The cache-write attribute is ``gen_ai.usage.cache_creation.input_tokens`` (the conventions'
+registry name; the anthropic SDK says ``cache_write``).
+
+Cancellation is recorded deliberately: the span keeps status UNSET (nothing failed) and gets
+``orchestrator.cancelled=true`` and ``orchestrator.outcome=cancelled``. Every other outcome
+but success sets status ERROR and ``error.type``, also on a span a cancellation cut when the
+cause was the deadline (``timeout``) or a fatal error (``error``). Attributes are only computed when the span
+is recording, so an unconfigured tracer costs next to nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
+
+from ..core.cancellation import is_cancellation
+from ..core.errors import exception_type
+from ..core.messages import (
+    Block,
+    Message,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    Usage,
+    well_formed,
+)
+from ..core.redact import redact
+from .content import content_for_span
+
+if TYPE_CHECKING:
+    from ..models.base import ModelRequest, ModelResponse
+
+__all__ = ["NO_SPAN", "get_tracer", "span", "tracing_live"]
+
+
+TRACER_NAME = "orchestrator"
+"""The instrumentation scope of every span the runtime makes."""
+
+
+def get_tracer(provider: trace.TracerProvider | None) -> Tracer:
+    """Our tracer, from ``provider`` or the global one (a no-op until configured)."""
+    from .. import __version__
+
+    return trace.get_tracer(TRACER_NAME, __version__, tracer_provider=provider)
+
+
+def tracing_live(provider: trace.TracerProvider | None) -> bool:
+    """Whether spans would be recorded: a provider was passed, or a real one is global.
+
+    Decided once per run: an unconfigured process then pays nothing per span. A global provider
+    configured while a run is going is picked up by the next run.
+    """
+    if provider is not None:
+        return not isinstance(provider, trace.NoOpTracerProvider)
+    current = trace.get_tracer_provider()
+    return not isinstance(current, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+
+
+class _NoSpan:
+    """The span context manager of an untraced run: no generator, no context switch.
+
+    Static methods, so that ``with`` binds nothing: a bound ``__exit__`` would be one more
+    object kept alive for every open span of every suspended agent, for the GC to walk.
+    """
+
+    __slots__ = ()
+
+    @staticmethod
+    def __enter__() -> Span:
+        return trace.INVALID_SPAN
+
+    @staticmethod
+    def __exit__(*exc: object) -> None:
+        return None
+
+
+NO_SPAN = _NoSpan()
+
+
+class _LiveSpan:
+    """A current span, ended on every exit, with failures and cancellation recorded our way."""
+
+    __slots__ = (
+        "_attributes",
+        "_cut",
+        "_kind",
+        "_name",
+        "_records_outcome",
+        "_span",
+        "_token",
+        "_tracer",
+    )
+
+    def __init__(
+        self,
+        tracer: Tracer,
+        name: str,
+        kind: SpanKind,
+        attributes: Callable[[], dict[str, Any]] | None,
+        records_outcome: bool,
+        cut: Callable[[], tuple[str, str]] | None,
+    ) -> None:
+        self._tracer = tracer
+        self._name = name
+        self._kind = kind
+        self._attributes = attributes
+        self._records_outcome = records_outcome
+        self._cut = cut
+
+    def __enter__(self) -> Span:
+        s = self._tracer.start_span(
+            self._name, kind=self._kind, record_exception=False, set_status_on_exception=False
+        )
+        if self._attributes is not None and s.is_recording():
+            try:
+                s.set_attributes(self._attributes())
+            except Exception as exc:  # describing the span must never break the run
+                s.set_attribute("orchestrator.attribute_error", type(exc).__name__)
+        self._span = s
+        self._token = otel_context.attach(trace.set_span_in_context(s))
+        return s
+
+    def __exit__(
+        self, typ: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        s = self._span
+        try:
+            if exc is not None and s.is_recording():
+                if is_cancellation(exc):
+                    if self._cut is not None:  # why it was cut: a deadline is a timeout
+                        record_outcome(s, *self._cut())
+                    elif not self._records_outcome:
+                        s.set_attribute("orchestrator.cancelled", True)
+                        s.set_attribute("orchestrator.outcome", "cancelled")
+                else:
+                    s.set_attribute("error.type", exception_type(exc))
+                    s.set_status(Status(StatusCode.ERROR, redact(str(exc))[:200]))
+        finally:
+            otel_context.detach(self._token)
+            s.end()
+
+
+def span(
+    tracer: Tracer | None,
+    operation: str,
+    target: str,
+    kind: SpanKind,
+    attributes: Callable[[], dict[str, Any]] | None = None,
+    *,
+    records_outcome: bool = False,
+    cut: Callable[[], tuple[str, str]] | None = None,
+) -> _LiveSpan | _NoSpan:
+    """A context manager for a current span (``tracer=None``: an untraced run, no span at all).
+
+    The span is named ``"{operation} {target}"`` as the GenAI conventions name spans (``chat
+    claude-sonnet-5-5``, ``execute_tool search``); the name is only built for a traced run.
+
+    ``attributes`` is called only when the span is recording. With ``records_outcome`` the
+    caller states the outcome itself (agent spans: a deadline is ``timeout``, not a plain
+    cancellation), so a passing cancellation is not marked. ``cut`` says why a cancellation
+    cut the span (outcome, reason), for spans inside an agent: a model or tool call cut by the
+    run's deadline is an error (``timeout``) to find in a trace, not a deliberate cancellation.
+    """
+    if tracer is None:
+        return NO_SPAN
+    # a name the model made up may hold a lone surrogate, which fails the encoding of the
+    # span's whole export batch (other agents' spans with it)
+    return _LiveSpan(
+        tracer, f"{operation} {well_formed(target)}", kind, attributes, records_outcome, cut
+    )
+
+
+def record_retry(attempt: int, error_type: str, delay: float) -> None:
+    """An ``orchestrator.retry`` event on the current span (a tool or model call about to be
+    retried): the trace shows the failed attempts and the backoff inside the span's time."""
+    current = trace.get_current_span()
+    scope = getattr(current, "instrumentation_scope", None)  # an untraced run's caller's span
+    if current.is_recording() and scope is not None and scope.name == TRACER_NAME:
+        current.add_event(
+            "orchestrator.retry",
+            {
+                "orchestrator.retry.attempt": attempt,
+                "orchestrator.retry.delay_s": round(delay, 3),
+                "error.type": error_type,
+            },
+        )
+
+
+def usage_attributes(prefix: str, usage: Usage) -> dict[str, Any]:
+    """Roll-up attributes (``orchestrator.usage.*``) for an agent or a spawn."""
+    return {
+        f"{prefix}.input_tokens": usage.input_tokens,
+        f"{prefix}.output_tokens": usage.output_tokens,
+        f"{prefix}.cache_read_tokens": usage.cache_read_tokens,
+        f"{prefix}.cache_write_tokens": usage.cache_write_tokens,
+        f"{prefix}.cost_usd": usage.cost_usd,
+    }
+
+
+def record_outcome(s: Span, outcome: str, error: str | None) -> None:
+    """Set the outcome attribute and the span status for an agent or tool outcome."""
+    if not s.is_recording():
+        return
+    s.set_attribute("orchestrator.outcome", outcome)
+    if outcome in ("completed", "ok"):
+        s.set_status(Status(StatusCode.OK))
+    elif outcome == "cancelled":
+        s.set_attribute("orchestrator.cancelled", True)
+    else:
+        s.set_attribute("error.type", outcome)
+        s.set_status(Status(StatusCode.ERROR, redact(error or outcome)[:300]))
+
+
+def chat_request_attributes(
+    model_name: str, provider: str, request: ModelRequest, run_id: str, capture: bool
+) -> dict[str, Any]:
+    attrs: dict[str, Any] = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": provider,
+        "gen_ai.request.model": model_name,
+        "gen_ai.request.max_tokens": request.max_tokens,
+        "gen_ai.conversation.id": run_id,
+        "gen_ai.agent.name": request.agent.name,
+        "orchestrator.agent.path": request.agent.path,
+        "orchestrator.request.messages": len(request.messages),
+        "orchestrator.request.tools": len(request.tools),
+        "orchestrator.request.estimated_input_tokens": request.input_tokens_estimate,
+    }
+    if capture:
+        attrs["gen_ai.system_instructions"] = content_for_span(
+            [{"type": "text", "content": request.system}]
+        )
+        attrs["gen_ai.input.messages"] = content_for_span(genai_messages(request.messages))
+    return attrs
+
+
+_FINISH_REASONS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "tool_use": "tool_call",
+    "refusal": "content_filter",
+}
+"""Anthropic stop reasons as the GenAI conventions' finish reasons (others pass as they are)."""
+
+
+def _part(block: Block) -> dict[str, Any]:
+    """One content block as a GenAI message part."""
+    if isinstance(block, TextBlock):
+        return {"type": "text", "content": block.text}
+    if isinstance(block, ToolUseBlock):
+        arguments = dict(block.input) if isinstance(block.input, Mapping) else block.input
+        return {"type": "tool_call", "id": block.id, "name": block.name, "arguments": arguments}
+    if isinstance(block, ToolResultBlock):
+        part: dict[str, Any] = {
+            "type": "tool_call_response",
+            "id": block.tool_use_id,
+            "response": block.content,
+        }
+        if block.is_error:
+            part["is_error"] = True
+        return part
+    if isinstance(block, ThinkingBlock):
+        return {"type": "reasoning", "content": block.thinking}
+    return {"type": "redacted_reasoning"}
+
+
+def genai_messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
+    """Messages in the GenAI conventions' shape, ``{"role", "parts"}``: tool results, which the
+    Messages API carries in user messages, are a ``tool`` message of their own."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        results = [_part(b) for b in m.content if isinstance(b, ToolResultBlock)]
+        if results:
+            out.append({"role": "tool", "parts": results})
+        others = [_part(b) for b in m.content if not isinstance(b, ToolResultBlock)]
+        if others or not results:
+            out.append({"role": m.role, "parts": others})
+    return out
+
+
+def record_chat_usage(s: Span, u: Usage) -> None:
+    """A model call's billed usage on its ``chat`` span (a failed call's too, if it was
+    billed: the spans' sum then matches the agents' usage)."""
+    if s.is_recording():
+        s.set_attributes(
+            {
+                "gen_ai.usage.input_tokens": u.input_tokens,
+                "gen_ai.usage.output_tokens": u.output_tokens,
+                "gen_ai.usage.cache_read.input_tokens": u.cache_read_tokens,
+                "gen_ai.usage.cache_creation.input_tokens": u.cache_write_tokens,
+                "orchestrator.cost_usd": u.cost_usd,
+            }
+        )
+
+
+def record_chat_response(s: Span, response: ModelResponse, model_name: str, capture: bool) -> None:
+    """The reply's model, finish reason and usage on its ``chat`` span.
+
+    A reply that does not name the model that answered (scripted and function models) is
+    attributed to the model that was asked, ``model_name``.
+    """
+    if not s.is_recording():
+        return
+    s.set_status(Status(StatusCode.OK))
+    s.set_attributes(
+        {
+            "gen_ai.response.model": response.model or model_name,
+            "gen_ai.response.finish_reasons": [response.stop_reason],
+        }
+    )
+    record_chat_usage(s, response.usage)
+    if response.id:
+        s.set_attribute("gen_ai.response.id", response.id)
+    if capture:
+        (message,) = genai_messages([Message("assistant", response.content)])
+        finish = _FINISH_REASONS.get(response.stop_reason, response.stop_reason)
+        s.set_attribute(
+            "gen_ai.output.messages", content_for_span([{**message, "finish_reason": finish}])
+        )
+
+
+def tool_attributes(
+    call: ToolUseBlock, run_id: str, agent_name: str, capture: bool
+) -> dict[str, Any]:
+    attrs: dict[str, Any] = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": well_formed(call.name),  # the model's: may hold a lone surrogate
+        "gen_ai.tool.call.id": well_formed(call.id),
+        "gen_ai.tool.type": "function",
+        "gen_ai.conversation.id": run_id,
+        "gen_ai.agent.name": agent_name,
+    }
+    if capture:
+        attrs["gen_ai.tool.call.arguments"] = content_for_span(call.input)
+    return attrs
+
+
+_TOOL_ERROR_NOT_CAPTURED = "the tool call failed (its text is recorded with content capture on)"
+
+
+def record_tool_result(s: Span, result: ToolResultBlock, capture: bool) -> None:
+    if not s.is_recording():
+        return
+    if result.is_error:  # an error text often quotes the call's input: it is content too
+        record_outcome(
+            s,
+            result.error_type or "tool_error",  # its kind is not content: shown either way
+            result.content if capture else _TOOL_ERROR_NOT_CAPTURED,
+        )
+    else:
+        record_outcome(s, "ok", None)
+    if capture:
+        s.set_attribute("gen_ai.tool.call.result", content_for_span(result.content))

@@ -1,0 +1,57 @@
+"""The progress display (orchestrator.progress): driven by events, settled by the result."""
+
+from __future__ import annotations
+
+import io
+
+import trio
+
+from orchestrator import Agent, RunResult, run
+from orchestrator.cli.progress import follow_events
+from orchestrator.core.events import AgentStarted, Event
+from orchestrator.models import ScriptedModel, text, tool_call
+
+
+async def _team_result() -> RunResult:
+    worker = Agent("worker", "Work.", description="works")
+    lead = Agent("lead", "Lead.", subagents=[worker])
+    spawns = [tool_call("spawn_subagent", {"agent": "worker", "task": f"t{i}"}) for i in range(3)]
+    model = ScriptedModel({"lead": [spawns, text("all done")], "worker": [text("ok")]})
+    return await run(lead, "go", model=model)
+
+
+async def _show(result: RunResult, events: list[Event], *, live: bool) -> str:
+    """What the display writes when only ``events`` reached it (the rest were dropped)."""
+    send, receive = trio.open_memory_channel[Event](len(events) + 1)
+    for event in events:
+        send.send_nowait(event)
+    send.close()
+    stream = io.StringIO()
+
+    async def outcome() -> RunResult:
+        return result
+
+    await follow_events(receive, live=live, stream=stream, outcome=outcome)
+    return stream.getvalue()
+
+
+async def test_plain_progress_prints_the_finishes_whose_events_were_dropped() -> None:
+    result = await _team_result()
+    only_the_start = [AgentStarted("lead", "lead", 0, None, "go")]
+    lines = (await _show(result, only_the_start, live=False)).splitlines()
+    assert lines[0] == "start  lead: 'go'"
+    finishes = sorted(line.split(":")[0] for line in lines[1:])
+    assert finishes == [
+        "finish lead",
+        "finish lead/worker#1",
+        "finish lead/worker#2",
+        "finish lead/worker#3",
+    ]
+    assert all("completed" in line for line in lines[1:])
+
+
+async def test_the_live_trees_last_frame_shows_every_agent_as_it_ended() -> None:
+    result = await _team_result()
+    last_frame = await _show(result, [AgentStarted("lead", "lead", 0, None, "go")], live=True)
+    assert "[waiting]" not in last_frame and "[running]" not in last_frame
+    assert last_frame.count("[done] completed") == 4
