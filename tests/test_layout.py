@@ -1,0 +1,212 @@
+"""The package's rooms: imports flow one way, and importing the library stays light.
+
+The import-direction rules are DESIGN.md's ("Inside `orchestrator/`"): every ``import``
+statement in ``orchestrator/`` is read (also those inside functions and ``TYPE_CHECKING``
+blocks, since a lazy import is still a dependency), resolved to a module name, and checked
+against what its room may use.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "orchestrator"
+HEAVY = ("opentelemetry.sdk", "opentelemetry.exporter", "anthropic", "rich", "mcp")
+
+# What core/ may use of the rooms above it: the Model protocol and the API-only tracing helpers.
+CORE_MAY_REACH = frozenset(
+    {
+        "orchestrator.models.base",
+        "orchestrator.tracing.spans",
+        "orchestrator.tracing.content",
+        "orchestrator.tracing.flush",
+    }
+)
+# The loop's internals: what models, tracing and toolsets must never reach into.
+LOOP_INTERNALS = frozenset(
+    {
+        "orchestrator.core.loop",
+        "orchestrator.core.state",
+        "orchestrator.core.execute",
+        "orchestrator.core.spawn",
+        "orchestrator.core.run",
+    }
+)
+# core's lowest layers: all that models/base.py and tracing/spans.py may build on.
+CORE_BOTTOM = frozenset(
+    {
+        "orchestrator.core.messages",
+        "orchestrator.core.records",
+        "orchestrator.core.errors",
+        "orchestrator.core.redact",
+        "orchestrator.core.cancellation",
+    }
+)
+CORE_THIRD_PARTY = frozenset({"trio", "pydantic", "opentelemetry"})
+# Old import paths kept as thin re-exports; they import from where the names now live.
+COMPATIBILITY_PATHS = frozenset({"orchestrator.models.offline"})
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, absolute module) for each import in ``path``; ``from X import y`` also yields
+    ``X.y``, so that importing a submodule by name counts as importing it."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            yield node.lineno, target
+            for alias in node.names:
+                yield node.lineno, f"{target}.{alias.name}"
+
+
+def package_modules() -> set[str]:
+    return {module_name(p) for p in PACKAGE.rglob("*.py")}
+
+
+def is_module(name: str, known: set[str]) -> bool:
+    return name in known or not name.startswith("orchestrator")
+
+
+def within(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def violations(room: str, rule: Callable[[str, str], str | None]) -> list[str]:
+    known = package_modules()
+    found = []
+    for path in sorted((PACKAGE / room).rglob("*.py") if room else PACKAGE.glob("*.py")):
+        source = module_name(path)
+        if source in COMPATIBILITY_PATHS:
+            continue
+        for line, target in imports_of(path):
+            if not is_module(target, known):
+                continue  # a name imported from a module, not a module
+            problem = rule(source, target)
+            if problem:
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {target} ({problem})")
+    return found
+
+
+def test_every_room_of_the_layout_exists() -> None:
+    for room in ("core", "models", "tracing", "toolsets", "research", "cli"):
+        assert (PACKAGE / room / "__init__.py").is_file(), room
+    assert (PACKAGE / "testing.py").is_file()
+
+
+def test_core_imports_only_itself_the_model_protocol_and_the_span_helpers() -> None:
+    def rule(source: str, target: str) -> str | None:
+        top = target.split(".")[0]
+        if top == "orchestrator":
+            if within(target, "orchestrator.core") or target in CORE_MAY_REACH:
+                return None
+            if target in ("orchestrator.models", "orchestrator.tracing"):
+                return None  # the package itself, for a name from one of the modules above
+            return "core reaches above itself"
+        if top in sys.stdlib_module_names or top in CORE_THIRD_PARTY:
+            if any(within(target, heavy) for heavy in HEAVY):
+                return "core must not load the OpenTelemetry SDK or an exporter"
+            return None
+        return f"core imports the third-party {top!r}"
+
+    assert violations("core", rule) == []
+
+
+def test_the_modules_core_builds_on_sit_on_cores_lowest_layers() -> None:
+    known = package_modules()
+    for name in sorted(CORE_MAY_REACH):
+        path = PACKAGE.parent / (name.replace(".", "/") + ".py")
+        for line, target in imports_of(path):
+            if within(target, "orchestrator.core") and is_module(target, known):
+                assert target in CORE_BOTTOM, f"{name}:{line} imports {target}"
+
+
+def test_models_tracing_and_toolsets_never_import_the_loop_or_anything_above_them() -> None:
+    def rule(source: str, target: str) -> str | None:
+        if target in LOOP_INTERNALS:
+            return "the loop's internals"
+        for above in ("orchestrator.cli", "orchestrator.research", "orchestrator.testing"):
+            if within(target, above):
+                return "a room above"
+        return None
+
+    for room in ("models", "tracing", "toolsets"):
+        assert violations(room, rule) == [], room
+
+
+def test_the_loop_never_imports_spawn() -> None:
+    loop = PACKAGE / "core" / "loop.py"
+    assert "orchestrator.core.spawn" not in {target for _, target in imports_of(loop)}
+
+
+def test_nothing_below_the_command_line_imports_it() -> None:
+    def rule(source: str, target: str) -> str | None:
+        return "the command line" if within(target, "orchestrator.cli") else None
+
+    for room in ("core", "models", "tracing", "toolsets", "research"):
+        assert violations(room, rule) == [], room
+
+
+def test_the_research_application_is_named_only_as_a_string_by_the_model_registry() -> None:
+    def rule(source: str, target: str) -> str | None:
+        return "the research application" if within(target, "orchestrator.research") else None
+
+    # models/base.py names "orchestrator.research.offline" as a string, loaded for "offline"
+    for room in ("core", "models", "tracing", "toolsets"):
+        assert violations(room, rule) == [], room
+
+
+def loaded_after(statement: str) -> list[str]:
+    code = f"import json, sys\n{statement}\nprint(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    modules: list[str] = json.loads(out.stdout)
+    return modules
+
+
+def test_importing_the_library_loads_no_sdk_no_provider_and_no_terminal_toolkit() -> None:
+    modules = loaded_after("import orchestrator, orchestrator.models, orchestrator.tracing")
+    assert "orchestrator.core.run" in modules  # the check would pass vacuously otherwise
+    heavy = [m for m in modules if any(within(m, h) for h in HEAVY)]
+    assert heavy == []
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "from orchestrator.tracing import configure_tracing",
+        "from orchestrator.models import AnthropicModel",
+    ],
+)
+def test_the_lazy_names_load_what_they_need_on_first_use(statement: str) -> None:
+    modules = loaded_after(statement)
+    wanted = "opentelemetry.sdk" if "tracing" in statement else "orchestrator.models.anthropic"
+    assert wanted in modules
+
+
+def test_naming_a_model_by_string_loads_its_adapter_only_then() -> None:
+    before = loaded_after("import orchestrator")
+    after = loaded_after("from orchestrator.models import resolve_model; resolve_model('offline')")
+    assert "orchestrator.research.offline" not in before
+    assert "orchestrator.research.offline" in after

@@ -1,0 +1,150 @@
+"""The public API: the names each public module exports, and the old import paths that still work.
+
+A name added to or dropped from ``__all__`` is a change users see: this file is where it shows.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "orchestrator"
+
+EXPORTS = {
+    "orchestrator": [
+        "DEFAULT_LIMITS",
+        "Agent",
+        "ConfigurationError",
+        "ContextPolicy",
+        "Limits",
+        "Message",
+        "ModelError",
+        "OrchestratorError",
+        "PendingCall",
+        "Policy",
+        "RunFailedError",
+        "RunHandle",
+        "RunResult",
+        "RunStatus",
+        "TextBlock",
+        "ThinkingBlock",
+        "Tool",
+        "ToolContext",
+        "ToolError",
+        "ToolResultBlock",
+        "ToolUseBlock",
+        "Usage",
+        "__version__",
+        "open_run",
+        "run",
+        "run_sync",
+        "tool",
+    ],
+    "orchestrator.models": [
+        "AgentInfo",
+        "AnthropicModel",
+        "ClientPool",
+        "FunctionModel",
+        "Model",
+        "ModelContext",
+        "ModelRequest",
+        "ModelResponse",
+        "OfflineModel",
+        "ScriptedModel",
+        "Step",
+        "ToolSpec",
+        "resolve_model",
+        "response",
+        "text",
+        "tool_call",
+    ],
+    "orchestrator.tracing": [
+        "CONTENT_CAPTURE_ENV",
+        "DEFAULT_SERVICE_NAME",
+        "OtlpJsonLinesExporter",
+        "Protocol",
+        "TracingSetup",
+        "configure_tracing",
+        "content_capture_enabled",
+        "content_for_span",
+        "decode_otlp_json",
+        "encode_otlp_json",
+        "flush_tracer_provider",
+        "resolve_otlp_endpoint",
+        "resolve_protocol",
+    ],
+    "orchestrator.testing": [
+        "FunctionModel",
+        "ScriptedModel",
+        "Step",
+        "response",
+        "text",
+        "tool_call",
+    ],
+}
+
+# Paths the README, docs/ and examples/ name, or that earlier releases had: they keep working.
+OLD_PATHS = {
+    "orchestrator.context": ["ContextPolicy"],
+    "orchestrator.notes": ["notes_tools"],
+    "orchestrator.research_tools": ["corpus_tools"],
+    "orchestrator.corpus": ["Corpus"],
+    "orchestrator.messages": ["Message", "Usage"],
+    "orchestrator.redact": ["redact"],
+    "orchestrator.traceview": ["load_trace", "render_trace", "export_trace"],
+    "orchestrator.models.anthropic": ["AnthropicModel", "DEFAULT_MODEL", "PRICES"],
+    "orchestrator.models.scripted": ["ScriptedModel", "FunctionModel"],
+    "orchestrator.models.offline": ["OfflineModel"],
+    "orchestrator.cli": ["main"],
+}
+
+
+@pytest.mark.parametrize("module", sorted(EXPORTS))
+def test_each_public_module_exports_exactly_the_pinned_names(module: str) -> None:
+    assert list(importlib.import_module(module).__all__) == EXPORTS[module]
+
+
+@pytest.mark.parametrize("module", sorted(EXPORTS))
+def test_every_exported_name_resolves(module: str) -> None:
+    mod = importlib.import_module(module)
+    for name in mod.__all__:
+        assert getattr(mod, name) is not None, name
+
+
+def test_the_top_level_reexports_with_explicit_aliases() -> None:
+    # ``from .core.agent import Agent as Agent``: type checkers treat the name as re-exported
+    tree = ast.parse((PACKAGE / "__init__.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module != "__future__":
+            assert all(alias.asname == alias.name for alias in node.names), ast.unparse(node)
+
+
+@pytest.mark.parametrize("module", sorted(OLD_PATHS))
+def test_an_old_import_path_still_gives_the_same_objects(module: str) -> None:
+    mod = importlib.import_module(module)
+    for name in OLD_PATHS[module]:
+        assert getattr(mod, name) is not None, f"{module}.{name}"
+
+
+def test_the_test_models_are_the_same_objects_in_testing_and_models() -> None:
+    import orchestrator.models
+    import orchestrator.testing
+
+    for name in orchestrator.testing.__all__:
+        assert getattr(orchestrator.testing, name) is getattr(orchestrator.models, name)
+
+
+def test_the_command_runs_as_a_module() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "0.1.0" in out.stdout
