@@ -1,24 +1,11 @@
-"""External memory: a ``notes`` toolset backed by SQLite.
+"""External memory: the ``notes`` toolset, backed by SQLite.
 
-Clearing and compaction (``orchestrator.context``) keep a long run's input small by forgetting;
-notes are where an agent parks what it must not forget. A finding written to a note stays out of
-the transcript (so it costs nothing per turn and survives both clearing and compaction) and can
-be read back by id when it is needed.
-
-Notes are scoped per run and per agent path. An agent sees its own notes and those of its
-descendants (paths under its own, ``lead`` sees ``lead/researcher#1``), so a child can hand its
-parent a long finding by id ("see note 12") instead of pasting it into its answer, which would
-land in the parent's transcript. Siblings are isolated: ``lead/researcher#2`` reading a note of
-``lead/researcher#1`` is refused, and so is a child reading its parent's notes, so parallel
-workers cannot contaminate each other's evidence. Notes of another run are invisible (as if
-they did not exist), even when a file database is shared between runs.
-
-``notes_tools(path)`` returns the four tools (``write_note``, ``list_notes``, ``read_note``,
-``search_notes``) over one :class:`NoteStore`; give the same list to every agent of a tree (a
-subagent without its own ``tools`` inherits its parent's). ``path=None`` keeps the notes in
-memory for the lifetime of the tools. Search uses SQLite's FTS5 full-text index when the SQLite
-build has it (with Porter stemming: "nursery" finds "nurseries"), else a ``LIKE`` scan: both
-match any of the query's words and rank notes that match more of them first.
+Clearing and compaction keep a long run's input small by forgetting; a note is where an agent
+parks what it must not forget. It lives outside the transcript, so it costs nothing per turn,
+survives both, and lets a child hand its parent a long finding by id instead of pasting it.
+This module owns the store (:class:`NoteStore`: notes scoped per run and agent path, an agent
+reading its own and its descendants' only) and ``notes_tools(path)``, the four tools over one
+store. docs/context.md ("External memory") is the user-facing reference: scope, search, limits.
 """
 
 from __future__ import annotations
