@@ -1,56 +1,34 @@
-"""Research tools over a document corpus: ranked full-text search and sandboxed reads.
+"""The research corpus: ranked full-text search and sandboxed reads over one SQLite FTS5 index.
 
-A research agent needs two things from a body of text: find the passages that bear on a question
-(:meth:`Corpus.search`) and read one of them in full (:meth:`Corpus.read`). Both are backed by one
-SQLite database with an FTS5 table, because FTS5 ships inside the ``sqlite3`` of nearly every
+A research agent needs to find the passages that bear on a question (:meth:`Corpus.search`) and
+to read one in full (:meth:`Corpus.read`). FTS5 ships inside the ``sqlite3`` of nearly every
 Python build: no server, no extra dependency, BM25 ranking and highlighted snippets built in.
-
-Two kinds of corpus:
-
-* **The default corpus** (``Corpus.open()``), which every Python installation already has: the
-  language reference topics shipped with the interpreter (``pydoc_data/topics.py``, ids like
-  ``topic:for``) and the standard library's docstrings (ids like ``stdlib:json`` and
-  ``stdlib:json#JSONDecoder``). Both are read from source with :mod:`ast`; no standard library
-  module is imported, so indexing runs no third-party or platform code.
-* **A folder** (``Corpus.open(path)``) of ``.md``/``.markdown``/``.txt``/``.rst``/``.html``/``.htm``
-  files. Ids are paths relative to the root (``guide/intro.md``), and headings split a file into
-  sections (``guide/intro.md#installation``) so a read can return just the part that matters.
-
-Reading and splitting the documents is :mod:`orchestrator.corpus_sources`'s job; this module
-owns the index, the ranking and the sandbox.
-
-The index lives on disk (a cache directory unless ``index_path`` is given) and is refreshed
-incrementally whenever a corpus is opened: folder files are compared by content hash (SHA-256),
-the standard library by ``(mtime, size)`` (it changes only when Python is upgraded), so reopening
-an unchanged corpus reads no document twice. Ids given to :meth:`Corpus.read` are checked before
-any lookup: ``..``, absolute paths, NUL bytes and symlinks that lead outside the root are refused,
-and symlinks that escape the root are never indexed in the first place.
-
-One :class:`Corpus` may be used from several threads at once (the agent loop runs sync tools in
-worker threads): a single connection opened with ``check_same_thread=False`` is guarded by a lock.
-Queries take milliseconds, so serialising them costs nothing worth the complexity of a pool.
+This module owns the :class:`Corpus`: opening, incremental refresh, search, read and the id
+sandbox. Around it: the values it returns (:mod:`.results`), the index file's place and schema
+(:mod:`.index_file`), how a query is phrased and places shared out (:mod:`.ranking`), and the
+documents themselves (:mod:`.sources`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import itertools
-import os
 import re
 import sqlite3
 import sys
 import sysconfig
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from types import TracebackType
-from typing import TypeVar
 
-from ..core.errors import OrchestratorError
 from ..core.messages import is_text
+from .index_file import default_index_path, prepare_schema, root_key
+from .ranking import fts_query, spread_per_doc
+from .results import CorpusError as CorpusError
+from .results import Document as Document
+from .results import RefreshStats as RefreshStats
+from .results import SearchHit as SearchHit
 from .sources import (
     FOLDER_SUFFIXES,
     MAX_FILE_BYTES,
@@ -62,88 +40,9 @@ from .sources import (
 
 __all__ = ["Corpus", "CorpusError", "Document", "RefreshStats", "SearchHit"]
 
-T = TypeVar("T")
-
-_SCHEMA_VERSION = 4  # bump when the schema or the way documents are split changes: forces a rebuild
-_APPLICATION_ID = 0x4F524350  # "ORCP": marks a SQLite file as ours before we write to it
 _TITLE_WEIGHT, _BODY_WEIGHT = 8.0, 1.0
 _MAX_LIMIT = 50
-PER_DOC = 2  # hits from one document before others get a turn
 _FTS5_PROBE = "CREATE VIRTUAL TABLE temp.fts5_probe USING fts5(x)"
-
-# fmt: off
-STOPWORDS = frozenset({
-    "a", "an", "and", "are", "as", "at", "be", "but", "by", "can", "do", "does", "for", "from",
-    "has", "have", "how", "i", "if", "in", "into", "is", "it", "its", "of", "on", "or", "so",
-    "than", "that", "the", "their", "then", "there", "these", "this", "to", "was", "were", "what",
-    "when", "where", "which", "who", "why", "will", "with", "you", "your",
-})
-# fmt: on
-_ARTICLES = frozenset({"a", "an", "the"})  # too common to make a phrase worth boosting
-_WORD = re.compile(r"[^\W_]+")
-
-
-class CorpusError(OrchestratorError):
-    """A corpus cannot be opened, or a search or read cannot be answered as asked.
-
-    The message says why and what to do instead, phrased for the model reading it as a tool
-    result: an unknown id suggests searching, a refused path says which rule it broke.
-    """
-
-
-@dataclass(frozen=True, slots=True)
-class SearchHit:
-    """One ranked result: enough for a reader to decide whether to :meth:`Corpus.read` it.
-
-    ``score`` is the negated BM25 rank, so higher is better; it only compares hits of one query.
-    ``snippet`` is a short excerpt of the body with the matched terms in ``**bold**``.
-    """
-
-    id: str
-    title: str
-    snippet: str
-    score: float
-
-
-@dataclass(frozen=True, slots=True)
-class Document:
-    """The text of a whole document or of one section, as :meth:`Corpus.read` returns it.
-
-    ``sections`` lists the section ids of a whole document (empty for a section), so a reader
-    can ask for just the part it needs. ``truncated`` says that ``max_chars`` cut ``text``
-    short of its ``total_chars``.
-    """
-
-    id: str
-    title: str
-    text: str
-    sections: tuple[str, ...] = ()
-    truncated: bool = False
-    total_chars: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class RefreshStats:
-    """What one refresh of the index did, counted in source files.
-
-    ``added``, ``updated`` and ``removed`` files were (re-)indexed or dropped; ``unchanged`` ones
-    were skipped because their hash matched; ``skipped`` ones could not be indexed (unreadable,
-    too large, not parseable, or a symlink out of the root). ``sections`` is the number of
-    searchable rows in the index afterwards: one per document plus one per section.
-    """
-
-    added: int = 0
-    updated: int = 0
-    removed: int = 0
-    unchanged: int = 0
-    skipped: int = 0
-    sections: int = 0
-    seconds: float = 0.0
-
-    @property
-    def changed(self) -> int:
-        """Files whose index entries were written or deleted; 0 means the refresh did no work."""
-        return self.added + self.updated + self.removed
 
 
 class Corpus:
@@ -151,6 +50,30 @@ class Corpus:
 
     Open one with :meth:`Corpus.open`; it is refreshed on open and can be refreshed again with
     :meth:`refresh`. Close it with :meth:`close` or use it as a context manager.
+
+    Two kinds of corpus:
+
+    * **The default corpus** (``Corpus.open()``), which every Python installation already has:
+      the language reference topics shipped with the interpreter (``pydoc_data/topics.py``, ids
+      like ``topic:for``) and the standard library's docstrings (ids like ``stdlib:json`` and
+      ``stdlib:json#JSONDecoder``). Both are read from source with :mod:`ast`; no standard
+      library module is imported, so indexing runs no third-party or platform code.
+    * **A folder** (``Corpus.open(path)``) of ``.md``/``.markdown``/``.txt``/``.rst``/``.html``/
+      ``.htm`` files. Ids are paths relative to the root (``guide/intro.md``), and headings split
+      a file into sections (``guide/intro.md#installation``) so a read can return just the part
+      that matters.
+
+    The index lives on disk (a cache directory unless ``index_path`` is given) and is refreshed
+    incrementally whenever a corpus is opened: folder files are compared by content hash
+    (SHA-256), the standard library by ``(mtime, size)`` (it changes only when Python is
+    upgraded), so reopening an unchanged corpus reads no document twice. Ids given to
+    :meth:`read` are checked before any lookup: ``..``, absolute paths, NUL bytes and symlinks
+    that lead outside the root are refused, and symlinks that escape the root are never indexed
+    in the first place.
+
+    One corpus may be used from several threads at once (the agent loop runs sync tools in
+    worker threads): a single connection opened with ``check_same_thread=False`` is guarded by a
+    lock. Queries are short, so serialising them is simpler than a pool and costs little.
     """
 
     def __init__(
@@ -185,7 +108,7 @@ class Corpus:
             if not root.is_dir():
                 raise CorpusError(f"corpus root {str(root)!r} is not a directory")
         if index_path is None:
-            index_path = _default_index_path(_root_key(root, stdlib))
+            index_path = default_index_path(root_key(root, stdlib))
         index_path = Path(index_path).expanduser()
         try:
             index_path.parent.mkdir(parents=True, exist_ok=True)
@@ -197,7 +120,7 @@ class Corpus:
             index_path, check_same_thread=False, isolation_level=None, timeout=60
         )
         try:
-            _prepare_schema(conn, index_path, _root_key(root, stdlib))
+            prepare_schema(conn, index_path, root_key(root, stdlib))
             corpus = cls(conn, root=root, index_path=index_path, stdlib=stdlib)
             corpus.refresh()
         except BaseException:
@@ -345,7 +268,7 @@ class Corpus:
             raise CorpusError(f"limit must be a positive integer, got {limit!r}")
         if not is_text(query):
             raise CorpusError("the query holds a lone surrogate, which is not text")
-        expression = _fts_query(query)
+        expression = fts_query(query)
         if expression is None:
             return []
         # Rank inside FTS5 and join the ids, fetching extra rows so one long document cannot
@@ -512,9 +435,6 @@ def _size(path: Path) -> int:
         return 0
 
 
-# -- the index file ------------------------------------------------------------------------------
-
-
 def _require_fts5() -> None:
     probe = sqlite3.connect(":memory:")
     try:
@@ -527,115 +447,6 @@ def _require_fts5() -> None:
         ) from exc
     finally:
         probe.close()
-
-
-def _root_key(root: Path | None, stdlib: Path) -> str:
-    if root is None:
-        return f"python-docs:{sys.implementation.cache_tag}:{sys.version}:{stdlib}"
-    return f"folder:{root}"
-
-
-def _default_index_path(key: str) -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    return Path(base) / "orchestrator" / f"corpus-{digest}.sqlite"
-
-
-def _prepare_schema(conn: sqlite3.Connection, path: Path, key: str) -> None:
-    """Create the tables, or rebuild them when the schema or root changed; refuse foreign files."""
-    try:
-        conn.execute("BEGIN")  # one snapshot: another process may be creating the index right now
-        try:
-            current = _stored_key(conn, path) == key
-        finally:
-            conn.execute("COMMIT")
-    except sqlite3.DatabaseError as exc:
-        raise CorpusError(
-            f"{str(path)!r} is not a readable corpus index ({exc}); delete it to rebuild"
-        ) from exc
-    if current:
-        return
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        if _stored_key(conn, path) == key:  # another process built it while we waited
-            conn.execute("COMMIT")
-            return
-        for table in ("fts", "sections", "sources", "meta"):
-            conn.execute(f"DROP TABLE IF EXISTS {table}")
-        conn.execute("CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-        conn.execute("CREATE TABLE sources(key TEXT PRIMARY KEY, signature TEXT NOT NULL)")
-        conn.execute(
-            "CREATE TABLE sections(n INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, "
-            "doc TEXT NOT NULL, source TEXT NOT NULL, title TEXT NOT NULL)"
-        )
-        conn.execute("CREATE INDEX sections_doc ON sections(doc)")
-        conn.execute("CREATE INDEX sections_source ON sections(source)")
-        conn.execute(
-            "CREATE VIRTUAL TABLE fts USING fts5(title, body, "
-            "tokenize = 'porter unicode61 remove_diacritics 2')"
-        )
-        conn.execute("INSERT INTO meta(key, value) VALUES ('root', ?)", (key,))
-        conn.execute(f"PRAGMA application_id = {_APPLICATION_ID}")
-        conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-
-
-def _stored_key(conn: sqlite3.Connection, path: Path) -> str | None:
-    """The root key of a current-schema index, or None when it must be (re)built.
-
-    Raises CorpusError for a database that has tables but was not written by this module, so a
-    mistyped ``index_path`` never destroys someone else's data.
-    """
-    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-    tables = conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0]
-    if tables and app_id != _APPLICATION_ID:
-        raise CorpusError(
-            f"{str(path)!r} is a SQLite database this module did not write; "
-            "choose another index_path"
-        )
-    if not tables or conn.execute("PRAGMA user_version").fetchone()[0] != _SCHEMA_VERSION:
-        return None
-    row = conn.execute("SELECT value FROM meta WHERE key = 'root'").fetchone()
-    return str(row[0]) if row else None
-
-
-def _fts_query(text: str) -> str | None:
-    """Turn free text into an FTS5 expression that cannot be a syntax error.
-
-    Every word becomes a quoted term and the terms are ORed, so BM25 ranks by how many (and how
-    rare) of them a section holds. Stopwords are dropped unless nothing else is left, and each
-    pair of adjacent words becomes a quoted phrase as well: phrases are rare, so a section that
-    says "with statement" outranks one that merely contains both words.
-    """
-    words = [word.lower() for word in _WORD.findall(text)][:64]
-    if not words:
-        return None
-    terms = [word for word in words if word not in STOPWORDS] or words
-    pairs = [
-        f"{a} {b}"
-        for a, b in itertools.pairwise(words)
-        if a != b and not (a in STOPWORDS and b in STOPWORDS) and not {a, b} & _ARTICLES
-    ]
-    unique = list(dict.fromkeys(terms))[:24] + list(dict.fromkeys(pairs))[:12]
-    return " OR ".join(f'"{term}"' for term in unique)
-
-
-def spread_per_doc(items: Iterable[T], doc_of: Callable[[T], str]) -> tuple[list[T], list[T]]:
-    """``items`` split, in order, into the first :data:`PER_DOC` of each document and the rest,
-    so one long document cannot take every place while others match too."""
-    kept: list[T] = []
-    spare: list[T] = []
-    per_doc: dict[str, int] = {}
-    for item in items:
-        doc = doc_of(item)
-        seen = per_doc.get(doc, 0)
-        per_doc[doc] = seen + 1
-        (kept if seen < PER_DOC else spare).append(item)
-    return kept, spare
 
 
 def _one_line(text: str) -> str:

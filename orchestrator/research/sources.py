@@ -1,7 +1,7 @@
 """Where a corpus's documents come from, and how they are split into sections.
 
-:mod:`orchestrator.corpus` owns the index and the queries; this module owns the sources. The
-default corpus reads the language reference topics (``pydoc_data/topics.py``) and the standard
+:mod:`.corpus` owns the index and the queries; this module owns the sources. The default
+corpus reads the language reference topics (``pydoc_data/topics.py``) and the standard
 library's docstrings with :mod:`ast`, importing nothing; a folder corpus reads Markdown,
 reStructuredText-style text and HTML, split at their headings. Each source is described by a
 :class:`Source` (its key, a signature that changes with its content, and a loader), so that the

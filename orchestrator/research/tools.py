@@ -1,16 +1,9 @@
-"""The research tools: ``search`` and ``read`` over a :class:`~orchestrator.corpus.Corpus`.
+"""The research tools: ``search`` and ``read`` over a :class:`~.corpus.Corpus`.
 
 The corpus opens lazily, on the first call, in the tool's worker thread: defining a tree (or
 ``--dry-run``) never builds an index. Errors (an unknown id, a path escaping the corpus root)
-come back to the model as ``is_error`` results with the corpus's own explanation.
-
-``search`` ranks with the corpus's BM25 (titles weigh more, words match by their Porter stem), then
-re-ranks a wider pool of candidates by how many of the query's words the hit's id and title hold
-*as written* (plural and -ed/-ing endings folded, nothing more): Porter stemming conflates
-"generators" with "generic" and "generate", and a title that merely shares a stem outranks the
-section actually named after the word. A hit's score is multiplied by ``1 + share`` of the query
-words its title holds, so the body match still decides between hits whose titles hold as many.
-No document takes more than two of the places while others are left.
+come back to the model as ``is_error`` results with the corpus's own explanation. ``search``
+re-ranks the corpus's BM25 hits by the query words their titles hold (:func:`rerank`).
 
 The corpus root is the ``root`` argument, else the ``ORCHESTRATOR_CORPUS`` environment variable
 (the CLI's ``--corpus DIR`` sets it), else the default corpus: the Python documentation that
@@ -27,7 +20,8 @@ from pathlib import Path
 
 from ..core.errors import ToolError
 from ..core.tools import Tool, tool
-from .corpus import STOPWORDS, Corpus, CorpusError, SearchHit, spread_per_doc
+from .corpus import Corpus, CorpusError, SearchHit
+from .ranking import STOPWORDS, spread_per_doc
 from .words import fold
 
 __all__ = ["CORPUS_ENV", "corpus_tools", "rerank"]
@@ -112,7 +106,17 @@ def _terms(text: str) -> list[str]:
 
 def rerank(query: str, hits: Sequence[SearchHit], limit: int) -> list[SearchHit]:
     """The best ``limit`` of ``hits`` (BM25-ranked) once titles that hold the query's words as
-    written are preferred (see the module doc); ties keep the BM25 order."""
+    written are preferred; ties keep the BM25 order.
+
+    ``search`` ranks with the corpus's BM25 (titles weigh more, words match by their Porter
+    stem), then re-ranks a wider pool of candidates by how many of the query's words the hit's
+    id and title hold *as written* (plural and -ed/-ing endings folded, nothing more): Porter
+    stemming conflates "generators" with "generic" and "generate", and a title that merely
+    shares a stem outranks the section actually named after the word. A hit's score is
+    multiplied by ``1 + share`` of the query words its title holds, so the body match still
+    decides between hits whose titles hold as many. No document takes more than two of the
+    places while others are left.
+    """
     words = [w for w in _terms(query) if w not in STOPWORDS] or _terms(query)
     scored = []
     for order, hit in enumerate(hits):

@@ -17,15 +17,11 @@ from quality.evaluate import citations_of, passage_in, read_ids
 from orchestrator import Agent, Limits, RunResult, RunStatus, Usage, run, tool
 from orchestrator.core.messages import Message, TextBlock, ToolResultBlock
 from orchestrator.models.base import AgentInfo, ModelRequest, ToolSpec
+from orchestrator.research.arguments import example_arguments
 from orchestrator.research.corpus import Corpus, SearchHit
-from orchestrator.research.offline import (
-    OfflineModel,
-    example_arguments,
-    keywords,
-    search_query,
-    select_passages,
-    split_question,
-)
+from orchestrator.research.offline import OfflineModel
+from orchestrator.research.passages import select_passages
+from orchestrator.research.questions import keywords, search_query, split_question
 from orchestrator.research.tools import corpus_tools, rerank
 
 DOCS = {
