@@ -1,0 +1,287 @@
+"""Reading a Messages API stream: server-sent-event lines, their events, the assembled answer.
+
+:func:`sse_lines` splits the body into lines as SSE defines them, :func:`_read_sse` decodes the
+events, and :class:`_Assembler` builds the final blocks and usage from them while it forwards
+text deltas and tool-call starts to the run's events. A problem in the stream is remembered, not
+raised, so that the caller drains the stream to its end first. No SDK here: strings and dicts.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from ..core.messages import (
+    Block,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolUseBlock,
+    is_text,
+    well_formed,
+)
+from ._anthropic_errors import _STREAM_ERROR_KINDS
+from ._retry import _BadResponse, _Failure, _one_line
+from .base import ModelContext
+
+# Stop reasons that may end the output in the middle of a tool call's JSON.
+_CUTTING_STOPS: Final = frozenset({"max_tokens", "model_context_window_exceeded", "refusal"})
+
+
+@dataclass(slots=True)
+class _Partial:
+    kind: str
+    parts: list[str] = field(default_factory=list)
+    id: str = ""
+    name: str = ""
+    signature: str = ""
+    initial_input: Any = None
+
+
+class _Assembler:
+    """Builds the final message from SSE events and forwards deltas to the run's events.
+
+    Events are plain dicts as the API sends them (we read the SSE ourselves, see
+    ``AnthropicModel._attempt``). A problem in the stream (an ``event: error``, unreadable JSON)
+    is remembered in ``failure`` rather than raised, so that the caller can drain the stream to
+    its end first.
+    """
+
+    def __init__(self, ctx: ModelContext) -> None:
+        self._ctx = ctx
+        self._blocks: dict[int, _Partial] = {}
+        self.failure: _Failure | None = None
+        self.id = ""
+        self.model = ""
+        self.started = False
+        self.stop_reason: str | None = None
+        self.input_tokens = 0
+        self.cache_write_tokens = 0
+        self.cache_read_tokens = 0
+        self.output_tokens = 0
+
+    def event(self, name: str | None, data: str) -> None:
+        """One SSE event (``event:`` name and joined ``data:`` lines)."""
+        if self.failure is not None or name == "ping" or not data:
+            return
+        try:
+            payload = json.loads(data)
+        except ValueError:
+            self.failure = _Failure(
+                "malformed_response",
+                _one_line(f"unreadable {name or 'stream'} event: {data[:80]}"),
+                retryable=True,
+            )
+            return
+        if not isinstance(payload, dict):
+            self.failure = _Failure(
+                "malformed_response", f"{name} event is not an object", retryable=True
+            )
+            return
+        kind = payload.get("type", name)
+        if kind == "error" or name == "error":
+            error = payload.get("error")
+            error = error if isinstance(error, dict) else {}
+            etype = str(error.get("type") or "api_error")
+            kind_, retryable, fatal = _STREAM_ERROR_KINDS.get(etype, (etype, False, False))
+            detail = _one_line(f"mid-stream {etype}: {error.get('message', '')}")
+            self.failure = _Failure(
+                kind_, detail, retryable, fatal, rate_limited=kind_ == "rate_limit"
+            )
+            return
+        try:
+            self._feed(str(kind), payload)
+        # AttributeError: a field that should be an object is a string or a list
+        except (_BadResponse, AttributeError, KeyError, TypeError, ValueError) as exc:
+            self.failure = _Failure(
+                "malformed_response", _one_line(f"unexpected {kind} event: {exc}"), retryable=True
+            )
+
+    def _usage(self, usage: Any) -> None:
+        if not isinstance(usage, dict):
+            return
+        if (value := usage.get("input_tokens")) is not None:
+            self.input_tokens = int(value)
+        if (value := usage.get("cache_creation_input_tokens")) is not None:
+            self.cache_write_tokens = int(value)
+        if (value := usage.get("cache_read_input_tokens")) is not None:
+            self.cache_read_tokens = int(value)
+        if (value := usage.get("output_tokens")) is not None:
+            self.output_tokens = int(value)
+
+    def _feed(self, kind: str, event: dict[str, Any]) -> None:
+        if kind == "message_start":
+            message = event["message"]
+            self.started = True
+            self.id = str(message.get("id") or "")
+            self.model = str(message.get("model") or "")
+            self._usage(message.get("usage"))
+            return
+        if not self.started:
+            raise _BadResponse(f"{kind} before message_start")
+        if kind == "content_block_start":
+            self._start(int(event["index"]), event["content_block"])
+        elif kind == "content_block_delta":
+            self._delta(int(event["index"]), event["delta"])
+        elif kind == "message_delta":
+            reason = (event.get("delta") or {}).get("stop_reason")
+            if reason is not None:
+                self.stop_reason = str(reason)
+            self._usage(event.get("usage"))
+        # content_block_stop, message_stop and event types added later need nothing here
+
+    def _start(self, index: int, block: dict[str, Any]) -> None:
+        kind = block.get("type")
+        if kind == "text":
+            initial = str(block.get("text") or "")
+            self._blocks[index] = _Partial("text", [initial])
+            if initial:
+                self._ctx.on_text_delta(initial)
+        elif kind == "tool_use":
+            partial = _Partial(
+                "tool_use",
+                id=str(block.get("id") or ""),
+                name=str(block.get("name") or ""),
+                initial_input=block.get("input"),
+            )
+            if not partial.id or not partial.name:
+                raise _BadResponse("tool_use block without id or name")
+            self._blocks[index] = partial
+            self._ctx.on_tool_call_start(partial.id, partial.name)
+        elif kind == "thinking":
+            self._blocks[index] = _Partial(
+                "thinking",
+                [str(block.get("thinking") or "")],
+                signature=str(block.get("signature") or ""),
+            )
+        elif kind == "redacted_thinking":
+            self._blocks[index] = _Partial(
+                "redacted_thinking", [], signature=str(block.get("data") or "")
+            )
+        # other block types (server tools) are not modelled by the transcript
+
+    def _delta(self, index: int, delta: dict[str, Any]) -> None:
+        partial = self._blocks.get(index)
+        if partial is None:
+            return  # a delta for a block type we do not keep
+        kind = delta.get("type")
+        if kind == "text_delta" and partial.kind == "text":
+            chunk = str(delta["text"])
+            partial.parts.append(chunk)
+            if chunk:
+                self._ctx.on_text_delta(chunk)
+        elif kind == "input_json_delta" and partial.kind == "tool_use":
+            partial.parts.append(str(delta["partial_json"]))
+        elif kind == "thinking_delta" and partial.kind == "thinking":
+            partial.parts.append(str(delta["thinking"]))
+        elif kind == "signature_delta" and partial.kind == "thinking":
+            partial.signature += str(delta["signature"])
+
+    def content(self) -> tuple[Block, ...]:
+        """The final blocks; raises ``_BadResponse`` for a stream that did not complete."""
+        if not self.started:
+            raise _BadResponse("stream ended before message_start", kind="incomplete_response")
+        if self.stop_reason is None:
+            raise _BadResponse("stream ended before the stop reason", kind="incomplete_response")
+        blocks: list[Block] = []
+        for index in sorted(self._blocks):
+            partial = self._blocks[index]
+            joined = "".join(partial.parts)
+            # A JSON escape like "\ud83d" alone decodes to a lone surrogate, which the next
+            # request (this reply goes back in the transcript) cannot encode: U+FFFD instead.
+            # Thinking is left as it is: its signature covers it.
+            if partial.kind == "text":
+                if joined:
+                    blocks.append(TextBlock(well_formed(joined)))
+            elif partial.kind == "thinking":
+                blocks.append(ThinkingBlock(joined, partial.signature))
+            elif partial.kind == "redacted_thinking":
+                blocks.append(RedactedThinkingBlock(partial.signature))
+            else:
+                blocks.append(
+                    ToolUseBlock(
+                        well_formed(partial.id),
+                        well_formed(partial.name),
+                        _unicode_only(self._tool_input(partial, joined)),
+                    )
+                )
+        return tuple(blocks)
+
+    def _tool_input(self, partial: _Partial, joined: str) -> dict[str, Any]:
+        if not joined.strip():
+            initial = partial.initial_input
+            return dict(initial) if isinstance(initial, Mapping) else {}
+        try:
+            value = json.loads(joined)
+        except ValueError:
+            value = None
+        if isinstance(value, dict):
+            return value
+        if self.stop_reason in _CUTTING_STOPS:
+            return {}  # a tool call cut short: the loop retries, compacts or ends the agent
+        raise _BadResponse(f"tool_use {partial.name!r} input is not a JSON object")
+
+
+def _unicode_only(arguments: dict[str, Any]) -> dict[str, Any]:
+    """``arguments`` with any lone surrogate in its strings (keys too) replaced by U+FFFD."""
+    encoded = json.dumps(arguments, ensure_ascii=False)
+    if is_text(encoded):
+        return arguments
+    fixed: dict[str, Any] = json.loads(well_formed(encoded))
+    return fixed
+
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+async def sse_lines(chunks: AsyncIterator[str]) -> AsyncIterator[str]:
+    """The lines of a text stream, ended by CR, LF or CRLF only, as server-sent events are.
+
+    Not ``aiter_lines()``: it splits like ``str.splitlines()``, also at U+2028, U+2029 and
+    U+0085, which JSON carries unescaped (text a model copied from a web page or a PDF): a
+    ``data:`` line was cut in two and every retry failed the same way. Each chunk is scanned
+    once, so a long line costs what it is long.
+    """
+    pieces: list[str] = []  # of the line not ended yet
+    after_cr = False  # the last chunk ended with CR: a LF opening the next one is part of it
+    async for chunk in chunks:
+        if after_cr and chunk[:1] == "\n":
+            chunk, after_cr = chunk[1:], False
+        if not chunk:
+            continue
+        after_cr = chunk.endswith("\r")
+        parts = _LINE_BREAK.split(chunk)
+        if len(parts) == 1:
+            pieces.append(chunk)
+            continue
+        pieces.append(parts[0])
+        yield "".join(pieces)
+        for line in parts[1:-1]:
+            yield line
+        pieces = [parts[-1]]
+    line = "".join(pieces)
+    if line:
+        yield line
+
+
+async def _read_sse(lines: AsyncIterator[str], assembler: _Assembler) -> None:
+    """Decode server-sent events from ``lines`` into ``assembler``, to the end of the stream."""
+    name: str | None = None
+    data: list[str] = []
+    async for line in lines:
+        if not line:
+            if name is not None or data:
+                assembler.event(name, "\n".join(data))
+            name, data = None, []
+        elif not line.startswith(":"):
+            key, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if key == "event":
+                name = value
+            elif key == "data":
+                data.append(value)
+    if name is not None or data:
+        assembler.event(name, "\n".join(data))

@@ -1,0 +1,109 @@
+"""What every provider's retry loop shares: the failure record, backoff, the retry-after gate.
+
+An adapter reads a failed attempt into a :class:`_Failure` (retry or not, fatal or not, the
+server's delay from :func:`_retry_after`); its loop waits that delay or :func:`_backoff`, and a
+rate-limited failure closes the :class:`_Gate` held next to the client, so that every request on
+the client waits, not only the one that was refused. No provider SDK here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import email.utils
+import math
+import random
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+import trio
+
+from ..core.messages import Usage
+
+_BACKOFF_INITIAL: Final = 0.5
+_BACKOFF_MAX: Final = 8.0
+_DETAIL_MAX_CHARS: Final = 300
+
+
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    """What a failed attempt means to the retry loop (``detail`` is one line, for the error)."""
+
+    kind: str
+    detail: str
+    retryable: bool
+    fatal: bool = False
+    retry_after: float | None = None
+    rate_limited: bool = False
+
+
+class _StreamFailed(Exception):
+    """A failure found while reading the stream (carried to the retry loop)."""
+
+    def __init__(self, failure: _Failure) -> None:
+        super().__init__(failure.detail)
+        self.failure = failure
+
+
+class _BadResponse(Exception):
+    """The response could not be read as the API's answer (retried like a server error)."""
+
+    def __init__(self, detail: str, kind: str = "malformed_response") -> None:
+        super().__init__(detail)
+        self.kind = kind
+        self.usage: Usage | None = None
+        """Set for a complete answer that could not be used: the API billed it all the same."""
+
+
+def _one_line(text: str) -> str:
+    text = " ".join(text.split())
+    if len(text) > _DETAIL_MAX_CHARS:
+        text = text[: _DETAIL_MAX_CHARS - 3] + "..."
+    return text
+
+
+def _backoff(attempts: int) -> float:
+    """Seconds to wait after failed attempt number ``attempts`` (from 1): exponential, capped,
+    less up to 25% random jitter."""
+    delay: float = min(_BACKOFF_MAX, _BACKOFF_INITIAL * 2 ** (attempts - 1))
+    delay *= 1 - 0.25 * random.random()
+    return delay
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds from ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP date), if any.
+
+    Only a positive, finite delay counts: ``0``, a negative or NaN value, or a date already
+    past (clock skew) would remove the backoff and retry in a tight loop, so the exponential
+    backoff applies instead (as the SDK itself does).
+    """
+    delays: list[float] = []
+    with contextlib.suppress(ValueError):
+        if (ms := headers.get("retry-after-ms")) is not None:
+            delays.append(float(ms) / 1000)
+    value = headers.get("retry-after")
+    if value is not None:
+        try:
+            delays.append(float(value))
+        except ValueError:
+            with contextlib.suppress(TypeError, ValueError):
+                delays.append(email.utils.parsedate_to_datetime(value).timestamp() - time.time())
+    for delay in delays:  # retry-after-ms first, then retry-after
+        if 0 < delay < math.inf:
+            return delay
+    return None
+
+
+@dataclass(slots=True)
+class _Gate:
+    """Held closed after a 429 until its retry-after has passed; every request waits on it."""
+
+    open_at: float = float("-inf")
+
+    def close_for(self, seconds: float) -> None:
+        self.open_at = max(self.open_at, trio.current_time() + seconds)
+
+    async def wait(self) -> None:
+        while (delay := self.open_at - trio.current_time()) > 0:
+            await trio.sleep(delay)
