@@ -7,8 +7,9 @@ from typing import Any, TypeAlias
 
 from ..core.agent import Agent, AgentTree
 from ..core.errors import ConfigurationError
+from ..core.generate import context_window
 from ..core.limits import DEFAULT_LIMITS, Limits, tree_wide_limits
-from ..core.loop import MAX_OUTPUT_CAP, context_window
+from ..core.loop import MAX_OUTPUT_CAP
 from ..core.spawn import DEFAULT_CONTEXT
 from ..models.base import Model, resolve_model
 

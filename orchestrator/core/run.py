@@ -29,12 +29,13 @@ from .compaction import ContextPolicy
 from .errors import ConfigurationError
 from .events import Event, EventSink
 from .limits import Limits
-from .loop import AgentNode, RunState, run_agent
+from .loop import run_agent
 from .messages import Message, is_blank, transcript_problem, well_formed
 from .policy import Policy
 from .redact import RUN_SECRETS, redact, secret_values
 from .result import RunResult
 from .spawn import make_root
+from .state import AgentNode, RunState
 from .tools import describe_exception
 
 __all__ = ["RunHandle", "open_run", "run", "run_sync"]

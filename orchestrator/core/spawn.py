@@ -26,10 +26,11 @@ from .agent import Agent
 from .compaction import ContextPolicy
 from .errors import ConfigurationError, ToolError
 from .limits import DEFAULT_LIMITS, Ledger, Limits, Slots, tree_wide_limits
-from .loop import AgentNode, Limiters, Quota, RunState, make_runtime, run_agent
+from .loop import run_agent
 from .messages import Message, TextBlock, ToolUseBlock, is_blank, text_of, well_formed
 from .policy import Policy
 from .result import RunStatus
+from .state import AgentNode, Limiters, Quota, RunState, make_runtime
 from .tools import Tool, ToolContext
 
 __all__ = ["make_child", "make_root"]
@@ -315,7 +316,7 @@ def build_spawn_tool(subagents: tuple[Agent, ...]) -> Tool:
     """The ``spawn_subagent`` tool for an agent with these subagents.
 
     Built once per set of names and descriptions and shared by every run (building the schema
-    takes ~5 ms): the tool is stateless, since the run, the parent and the definitions come from
+    is slow): the tool is stateless, since the run, the parent and the definitions come from
     the call's context. The cache holds only that text, never the definitions: an application
     building a tree per request (tools closing over a session, a user's key) keeps nothing of it.
     """

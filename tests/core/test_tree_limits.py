@@ -39,7 +39,7 @@ from orchestrator import (
     tool,
 )
 from orchestrator.core.limits import DEFAULT_LIMITS, TREE_WIDE_FIELDS, Slots, tree_wide_limits
-from orchestrator.core.loop import Limiters
+from orchestrator.core.state import Limiters
 from orchestrator.models import FunctionModel, response, text, tool_call
 
 # ---------------------------------------------------------------------------------------------

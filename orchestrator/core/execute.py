@@ -1,0 +1,375 @@
+"""EXECUTE's machinery: one tool call, validate -> gate -> run -> result.
+
+:func:`_execute` runs one turn's calls concurrently (results in call order); :func:`_call_one`
+puts one call behind the policy gate (:func:`_screen`: arguments validated before any approver
+is asked) and :func:`execute` runs it: timeouts, retries of idempotent tools, result caps.
+Everything that can go wrong in a call (bad arguments, an unknown tool, an exception, a hang)
+becomes an ``is_error`` tool result whose text says what was wrong and how to fix it, because
+the model can often recover and an exception would lose the whole run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import math
+import random
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import pydantic
+import trio
+from opentelemetry.trace import SpanKind
+
+from ..tracing import spans
+from .cancellation import is_cancellation
+from .errors import ToolError, exception_type
+from .events import ToolFinished, ToolStarted
+from .messages import ToolResultBlock, ToolUseBlock, canonical_json, well_formed
+from .policy import Decision, PendingCall
+from .redact import redact
+from .state import AgentNode, RunState, _AskInOrder
+from .tools import (
+    Tool,
+    ToolContext,
+    ToolRuntime,
+    _leaves,
+    cap,
+    describe_exception,
+    error_result,
+    to_content,
+)
+
+__all__ = ["execute"]
+
+_SHOWN_PROBLEMS = 10
+
+
+async def _execute(
+    node: AgentNode, run: RunState, calls: list[ToolUseBlock]
+) -> tuple[ToolResultBlock, ...]:
+    """Run the calls concurrently; results come back in call order, one per call."""
+    results: list[ToolResultBlock | None] = [None] * len(calls)
+    node.in_flight = results
+    node.started_calls.clear()  # ids may repeat across turns: only this step's count
+    try:
+        if len(calls) == 1:
+            await _call_one(node, run, 0, calls[0], results)
+        else:
+            node.ask_order = _AskInOrder.for_calls(node, calls)
+            async with trio.open_nursery() as nursery:
+                for i, call in enumerate(calls):
+                    nursery.start_soon(_call_one, node, run, i, call, results)
+    finally:
+        node.ask_order = None
+        if node.spawns is not None:  # allowances taken for this step's spawns and not used
+            node.spawns.end_step(node)
+    node.in_flight = None
+    return typing.cast("tuple[ToolResultBlock, ...]", tuple(results))  # every slot is filled
+
+
+async def _call_one(
+    node: AgentNode,
+    run: RunState,
+    index: int,
+    call: ToolUseBlock,
+    results: list[ToolResultBlock | None],
+) -> None:
+    with spans.span(
+        run.tracer,
+        "execute_tool",
+        call.name,
+        SpanKind.INTERNAL,
+        partial(spans.tool_attributes, call, run.run_id, node.agent.name, run.capture)
+        if run.tracer
+        else None,
+        cut=partial(run.cut_outcome, node) if run.tracer else None,
+    ) as s:
+        held = node.tools.get(call.name)
+        decision = node.policy.decide(call.name)
+        refused_as = "refused"
+        if held is not None and decision is Decision.ALLOW:
+            refusal = None  # the common case, without building the approver's view of the call
+        else:
+            refusal, refused_as = await _screen(node, run, index, call, held, decision)
+        if refusal is not None:
+            result = error_result(call.id, refusal, node.runtime.max_result_chars, refused_as)
+            if node.spawns is not None:  # a declined spawn's agent allowance goes back now
+                node.spawns.decline(node, node.turns, index)
+            if s.is_recording():
+                s.set_attribute("orchestrator.refused", True)
+        else:
+            if run.events.enabled:
+                run.events.emit(ToolStarted(node.path, call.name, call.id))
+            t = node.tools[call.name]
+            ctx = (
+                ToolContext(
+                    run.run_id,
+                    node.agent.name,
+                    node.path,
+                    node.depth,
+                    run.deps,
+                    call.id,
+                    (run, node, (node.turns, index), s),
+                )
+                if t.takes_context
+                else None
+            )
+            node.started_calls.add(call.id)
+            runtime = node.runtime
+            cap = node.context.result_caps.get(call.name)
+            if cap is not None and cap < runtime.max_result_chars:
+                runtime = dataclasses.replace(runtime, max_result_chars=cap)
+            try:
+                result = await execute(t, call, ctx, runtime)
+            except BaseException:
+                if run.events.enabled:  # a call cut off still ends, for a progress display
+                    run.events.emit(ToolFinished(node.path, call.name, call.id, True))
+                raise
+        results[index] = result
+        if run.tracer:
+            spans.record_tool_result(s, result, run.capture)
+        if run.events.enabled:
+            run.events.emit(ToolFinished(node.path, call.name, call.id, result.is_error))
+
+
+async def _screen(
+    node: AgentNode,
+    run: RunState,
+    index: int,
+    call: ToolUseBlock,
+    held: Tool | None,
+    decision: Decision,
+) -> tuple[str | None, str]:
+    """A call the policy does not simply allow: its refusal and error type, or ``None``.
+
+    Arguments are validated before any approver is asked (DESIGN's order); when several calls
+    of the turn need approval they are asked in call order, whatever order they started in.
+    """
+    order = node.ask_order if decision is Decision.CONFIRM else None
+    try:
+        if order is not None:
+            await order.wait_turn(index)
+        if (
+            held is not None
+            and decision is Decision.CONFIRM
+            and isinstance(problem := arguments_of(held, call), str)
+        ):
+            return problem, "invalid_arguments"  # no approver asked about it
+        pending = PendingCall(call.name, call.input, call.id, node.agent.name, node.path)
+        refusal = await node.policy.check(
+            pending,
+            frozenset(node.tools),
+            one_at_a_time=run.approvals,
+            on_abandoned_thread=run.abandoned,
+        )
+        return refusal, "refused"
+    finally:
+        if order is not None:
+            order.done(index)
+
+
+def _only_tool_errors(exc: BaseException) -> bool:
+    """A ``ToolError``, or a group of nothing else: the tool's own words for the model."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(isinstance(e, ToolError) for e in _leaves(exc))
+    return isinstance(exc, ToolError)
+
+
+def describe_validation_error(t: Tool, exc: pydantic.ValidationError) -> str:
+    """What was wrong with the arguments (the first few problems), and the schema to fix them
+    against."""
+    errors = exc.errors(include_url=False)
+    problems = []
+    for err in errors[:_SHOWN_PROBLEMS]:
+        loc = ".".join(str(p) for p in err["loc"]) or "(arguments)"
+        problems.append(f"{loc}: {err['msg']}")
+    if len(errors) > _SHOWN_PROBLEMS:
+        problems.append(f"and {len(errors) - _SHOWN_PROBLEMS} more")
+    return (
+        f"invalid arguments for tool {t.name!r}: {'; '.join(problems)}. "
+        f"Call it again with arguments matching this schema: {canonical_json(t.input_schema)}"
+    )
+
+
+def arguments_of(t: Tool, call: ToolUseBlock) -> dict[str, Any] | str:
+    """The call's validated keyword arguments, or what is wrong with them (for the model)."""
+    if type(call.input) is not dict and not isinstance(call.input, Mapping):
+        return (
+            f"arguments for tool {t.name!r} must be a JSON object, got {type(call.input).__name__}. "
+            f"Call it again with arguments matching this schema: {canonical_json(t.input_schema)}"
+        )
+    try:
+        return t.validate(call.input)
+    except pydantic.ValidationError as exc:
+        return describe_validation_error(t, exc)
+
+
+async def execute(
+    t: Tool, call: ToolUseBlock, ctx: ToolContext | None, rt: ToolRuntime
+) -> ToolResultBlock:
+    """Run one validated call to ``t`` and turn whatever happens into a tool result.
+
+    Sync tools run in a worker thread that a timeout abandons (a Python thread cannot be
+    killed); the abandoned thread is reported through ``rt.on_abandoned_thread``. Cancellation
+    from outside propagates: the caller records a synthetic result for the cut call. ``ctx`` is
+    only built (and only needed) for tools that take one.
+    """
+    limit = rt.max_result_chars
+    try:  # arguments_of's work, without its frame on every call: it only words the error
+        kwargs = t.validate(call.input)
+    except pydantic.ValidationError:
+        problem = typing.cast(str, arguments_of(t, call))
+        return error_result(call.id, problem, limit, "invalid_arguments")
+    args = (ctx,) if t.takes_context else ()
+    if t.runtime_tool:
+        # spawn_subagent, awaited here and not in _attempt: a child's whole loop runs under
+        # this call, and every frame less is one less to pass through at each of its waits.
+        # No timeout or retries (the child has its own bounds); a bug in it propagates.
+        try:
+            value = await t.fn(*args, **kwargs)
+        except ToolError as exc:
+            message = describe_exception(exc, with_type=False)
+            return error_result(call.id, message, limit, "ToolError")
+        return _value_result(t, call, value, rt)
+    attempt = 0
+    while True:
+        outcome = await _attempt(t, args, kwargs, rt)
+        if isinstance(outcome, _Ok):
+            return _value_result(t, call, outcome.value, rt)
+        message = outcome.message
+        if not outcome.final and attempt < t.max_retries:
+            delay = min(0.25 * 2**attempt, 4.0) * (0.5 + random.random())
+            spans.record_retry(attempt + 1, outcome.kind, delay)
+            await trio.sleep(delay)
+            attempt += 1
+            continue
+        if attempt:
+            message = f"{message} (failed after {attempt + 1} attempts)"
+        return error_result(call.id, message, limit, outcome.kind)
+
+
+def _value_result(t: Tool, call: ToolUseBlock, value: Any, rt: ToolRuntime) -> ToolResultBlock:
+    """A tool's return value as its result: shown as text, redacted, capped."""
+    try:
+        text = to_content(value)
+        if not text.isascii():  # a lone surrogate (a name decoded with surrogateescape) cannot
+            text = well_formed(text)  # go into an HTTP body
+        text = redact(text)
+    except Exception as exc:  # a value whose str() or JSON form raises
+        return error_result(
+            call.id,
+            f"tool {t.name!r} returned a {type(value).__name__} that cannot be "
+            f"shown as text ({describe_exception(exc)}); return a string or JSON data",
+            kind="unshowable_result",
+        )
+    return ToolResultBlock(call.id, cap(text, rt.max_result_chars))
+
+
+class _SeenLimiter:
+    """The run's thread limiter, remembering whether this call got a slot (so a thread), and
+    whether every slot was taken when it asked (a timeout before the slot is not that)."""
+
+    __slots__ = ("acquired", "found_full", "inner")
+
+    def __init__(self, inner: trio.CapacityLimiter) -> None:
+        self.inner = inner
+        self.acquired = False
+        self.found_full = False
+
+    async def acquire_on_behalf_of(self, borrower: object) -> None:
+        self.found_full = self.inner.available_tokens == 0
+        await self.inner.acquire_on_behalf_of(borrower)
+        self.acquired = True
+
+    def release_on_behalf_of(self, borrower: object) -> None:
+        self.inner.release_on_behalf_of(borrower)
+
+
+@dataclass(frozen=True, slots=True)
+class _Ok:
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class _Failed:
+    """What the model reads, the kind of failure, and whether it is final (a ``ToolError``:
+    the tool's own last word, never retried)."""
+
+    message: str
+    kind: str
+    final: bool = False
+
+
+async def _attempt(
+    t: Tool, args: tuple[Any, ...], kwargs: dict[str, Any], rt: ToolRuntime
+) -> _Ok | _Failed:
+    """One call: the value, or how it failed."""
+    timeout = rt.timeout
+    limiter: _SeenLimiter | None = None
+    try:
+        if t.never_waits:  # no checkpoint in it for a timeout to fire at: skip the cancel scope
+            return _Ok(await t.fn(*args, **kwargs))
+        with trio.move_on_after(timeout) if timeout < math.inf else contextlib.nullcontext():
+            if t.is_async:
+                return _Ok(await t.fn(*args, **kwargs))
+            limiter = _SeenLimiter(rt.thread_limiter)
+            try:
+                return _Ok(
+                    await trio.to_thread.run_sync(
+                        functools.partial(t.fn, *args, **kwargs),
+                        abandon_on_cancel=True,
+                        limiter=typing.cast("trio.CapacityLimiter", limiter),
+                    )
+                )
+            except BaseException as exc:
+                # by our timeout or by a cancellation from outside: a thread that got its slot
+                # cannot be stopped, so it is left to finish on its own and counted
+                if limiter.acquired and is_cancellation(exc):
+                    rt.on_abandoned_thread()
+                raise
+    except Exception as exc:
+        if _only_tool_errors(exc):
+            return _Failed(describe_exception(exc, with_type=False), "ToolError", final=True)
+        return _raised(t, exc)
+    except SystemExit as exc:  # say, argparse refusing the model's arguments: not the run's end
+        return _Failed(
+            f"tool {t.name!r} tried to exit the program (SystemExit {exc.code!r}); "
+            "check the arguments, or try a different approach.",
+            "SystemExit",
+        )
+    except BaseExceptionGroup as group:  # the same from the tool's own nursery
+        if not all(isinstance(e, Exception | SystemExit) for e in _leaves(group)):
+            raise  # a cancellation or a KeyboardInterrupt among them
+        return _raised(t, group)
+    if limiter is not None and not limiter.acquired:
+        if not limiter.found_full:  # a timeout too short to reach the thread at all
+            return _Failed(
+                f"tool {t.name!r} timed out after {timeout:g}s before it could start; it never "
+                "ran, so calling it again is safe",
+                "timeout",
+            )
+        pool = rt.thread_limiter
+        return _Failed(
+            f"tool {t.name!r} could not start within {timeout:g}s: all {pool.total_tokens} worker "
+            "threads for sync tools are busy (tools that timed out earlier may still hold them); "
+            "it never ran, so calling it again later is safe",
+            "no_worker_thread",
+        )
+    return _Failed(
+        f"tool {t.name!r} timed out after {timeout:g}s and was abandoned; "
+        "try a smaller request or a different approach",
+        "timeout",
+    )
+
+
+def _raised(t: Tool, exc: BaseException) -> _Failed:
+    return _Failed(
+        f"tool {t.name!r} raised {describe_exception(exc)}. "
+        "Check the arguments, or try a different approach.",
+        exception_type(exc),
+    )

@@ -1,0 +1,292 @@
+"""GENERATE's machinery: one model call, and keeping the transcript inside the context window.
+
+:func:`_generate` makes one model call under the ledger (a reservation settled with what was
+billed) and the concurrency limits, and turns a failure into the agent's end (or the run's, for
+a fatal provider error). :func:`_fit_context` clears old results and compacts before a call;
+:func:`_compact` has the model write a checkpoint summary that replaces the transcript (also
+after the provider refused the input as too long). The transforms themselves (clearing,
+shortening, the summary request) are :mod:`.compaction`'s, which sits below the agent state.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from opentelemetry.trace import SpanKind
+
+from ..models.base import Model, ModelContext, ModelRequest, ModelResponse, ToolSpec
+from ..tracing import spans
+from .cancellation import checkpointed
+from .compaction import (
+    clear_old_results,
+    compacted_transcript,
+    shorten_kept_results,
+    summary_request,
+)
+from .errors import ModelError, exception_type
+from .events import ModelTextDelta, ModelToolCallStarted
+from .limits import BudgetExceeded
+from .messages import Message, Usage, text_of
+from .redact import redact
+from .result import RunStatus
+from .state import AgentNode, RunState, _LoopState
+from .tools import describe_exception
+
+__all__ = ["context_window"]
+
+_SUMMARY_STOPS = frozenset({"end_turn", "stop_sequence", "tool_use", "max_tokens"})
+"""Stop reasons whose text may stand as a checkpoint summary (the loop's ``_DONE`` and two more)."""
+CONTEXT_FULL = ModelResponse((), "model_context_window_exceeded")
+"""Returned by ``_generate`` when the provider refused the input as too long."""
+
+
+def _turn_attributes(run_id: str, turn: int, path: str) -> dict[str, Any]:
+    return {
+        "gen_ai.conversation.id": run_id,
+        "orchestrator.turn.index": turn,
+        "orchestrator.agent.path": path,
+    }
+
+
+def context_window(model: Model) -> int | None:
+    window = getattr(model, "context_window", None)
+    return window if isinstance(window, int) else None
+
+
+async def _fit_context(node: AgentNode, run: RunState, state: _LoopState) -> tuple[int, bool]:
+    """Clear old tool results and compact as the agent's context policy says."""
+    policy = node.context
+    cleared = 0
+    if policy.clear_results_after is not None:
+        messages, cleared = clear_old_results(
+            node.messages, policy.clear_results_after, policy.clear_batch
+        )
+        if cleared:
+            node.replace_messages(messages)
+    threshold = state.compaction_threshold
+    if threshold is not None and node.estimate() > threshold and len(node.messages) > 1:
+        return cleared, await _compact(node, run, state)
+    return cleared, False
+
+
+async def _compact(
+    node: AgentNode, run: RunState, state: _LoopState, *, overflow: bool = False
+) -> bool:
+    """Replace the transcript by a checkpoint summary the model writes; False if the agent ended.
+
+    After the provider refused the input as too long (``overflow``), the summary request
+    cannot carry the same transcript: every tool result is cleared from it first, and the
+    subagent answers clearing keeps are cut to fit half of the compaction threshold.
+    """
+    with spans.span(
+        run.tracer,
+        "compact",
+        node.agent.name,
+        SpanKind.INTERNAL,
+        partial(_turn_attributes, run.run_id, node.turns, node.path),
+        records_outcome=True,
+        cut=partial(run.cut_outcome, node),
+    ) as s:
+        # a summary request refused as too long is made again as after an overflow
+        for cut_down in (True,) if overflow else (False, True):
+            source = node.messages
+            if cut_down:
+                source, _ = clear_old_results(source, after=0, batch=1)
+                if state.compaction_threshold is not None:  # estimated tokens: characters / 4
+                    room = state.compaction_threshold * 2 - node._fixed_chars
+                    source = shorten_kept_results(source, room)
+            response = await _generate(
+                node,
+                run,
+                state.specs,
+                node.agent.max_output_tokens,
+                messages=summary_request(source),
+            )
+            if response is not CONTEXT_FULL:
+                break
+        if node.status is not None:  # the call ended the agent (a model error, the budget)
+            spans.record_outcome(s, node.status.value, node.traced_error(run.capture))
+            return False
+        # a refusal or a reply the loop does not know must not replace the transcript as if it
+        # were a summary; a summary cut by max_tokens (most of it) or followed by a tool call
+        # (its text) is kept
+        if response is None or response is CONTEXT_FULL:
+            summary, reason = (
+                "",
+                "the transcript exceeded the context window and could not be compacted",
+            )
+        elif response.stop_reason not in _SUMMARY_STOPS:
+            summary = ""
+            reason = (
+                "the transcript is too long and the checkpoint summary was not written "
+                f"(stop_reason {response.stop_reason!r})"
+            )
+        else:
+            summary = text_of(response.content)
+            reason = "the transcript is too long and the model wrote no checkpoint summary"
+        if not summary.strip():
+            node.finish(RunStatus.CONTEXT_EXCEEDED, reason)
+            spans.record_outcome(s, RunStatus.CONTEXT_EXCEEDED.value, reason)
+            return False
+        before = node.estimate()
+        node.replace_messages(compacted_transcript(node.task, summary))
+        state.cut_text = ()  # a cut answer's pieces are in the summary now, if anywhere
+        if s.is_recording():
+            s.set_attributes(
+                {
+                    "orchestrator.context.tokens_before": before,
+                    "orchestrator.context.tokens_after": node.estimate(),
+                }
+            )
+            spans.record_outcome(s, "ok", None)
+        return True
+
+
+async def _generate(
+    node: AgentNode,
+    run: RunState,
+    specs: list[ToolSpec],
+    max_tokens: int,
+    messages: list[Message] | None = None,
+) -> ModelResponse | None:
+    """One model call under the ledger and the concurrency limit.
+
+    ``None`` if the agent ended; :data:`CONTEXT_FULL` if the provider said the input is too long.
+    """
+    model = node.model
+    estimate = node.estimate()
+    ledger = node.ledger
+    tokens = estimate + max_tokens
+    cost = 0.0
+    if ledger.tracks_cost:
+        try:
+            cost = model.cost(Usage(input_tokens=estimate, output_tokens=max_tokens))
+            if isinstance(cost, bool) or not isinstance(cost, int | float) or cost < 0:
+                raise TypeError(f"it returned {cost!r}, not a number of dollars")
+        except Exception as exc:  # a model adapter bug: end this agent, not the tree
+            node.finish(RunStatus.ERROR, f"the model's cost() failed: {describe_exception(exc)}")
+            return None
+    try:
+        reservation = ledger.try_reserve(tokens, cost) or await ledger.reserve(tokens, cost)
+    except BudgetExceeded as exc:
+        node.finish(RunStatus.BUDGET_EXCEEDED, str(exc))
+        return None
+    request = ModelRequest(
+        node.agent.instructions,
+        tuple(node.messages if messages is None else messages),
+        specs,
+        max_tokens,
+        node.info,
+        estimate,
+        node.assistant_turns,
+    )
+    ctx = node.model_context or _model_context(run, node)
+    node.model_context = ctx
+    usage: Usage | None = None  # None: unknown, a call sent and cut may still be billed
+    try:
+        if not node.limiters.try_acquire():
+            try:
+                await node.limiters.acquire()
+            except BaseException:
+                usage = Usage()  # cut while waiting for a slot: nothing was sent
+                raise
+        try:
+            # the call in this frame, not a helper's: every agent waits here, and each frame
+            # on a waiting agent's stack is passed through twice per wait and walked by the GC
+            with spans.span(
+                run.tracer,
+                "chat",
+                model.name,
+                SpanKind.CLIENT,
+                partial(
+                    spans.chat_request_attributes,
+                    model.name,
+                    model.provider,
+                    request,
+                    run.run_id,
+                    run.capture,
+                )
+                if run.tracer
+                else None,
+                cut=partial(run.cut_outcome, node) if run.tracer else None,
+            ) as s:
+                response: ModelResponse | None
+                try:
+                    answered = await checkpointed(model.request(request, ctx), run.cut_answers)
+                    if not isinstance(answered, ModelResponse):
+                        raise TypeError(
+                            f"request() returned a {type(answered).__name__}, not a ModelResponse"
+                        )
+                except Exception as exc:
+                    response = _failed_call(node, run, s, exc)
+                    billed = getattr(exc, "usage", None) if isinstance(exc, ModelError) else None
+                    if isinstance(billed, Usage):  # answers billed, none usable
+                        usage = billed
+                        _bill(node, usage)
+                        spans.record_chat_usage(s, usage)
+                else:
+                    if run.tracer:
+                        spans.record_chat_response(s, answered, model.name, run.capture)
+                    response = answered
+        finally:
+            node.limiters.release()
+        if usage is None:
+            usage = Usage() if response is None else response.usage  # CONTEXT_FULL's is zero
+    finally:
+        if usage is None and run.cut_answers:  # answered, then cut before it could be used
+            cut = run.cut_answers.pop()
+            usage = cut.usage if isinstance(cut, ModelResponse) else None
+            if usage is not None:
+                _bill(node, usage)
+        node.ledger.settle(reservation, usage)
+    if response is None or response is CONTEXT_FULL:  # billed above if anything was billed
+        return response
+    _bill(node, usage)
+    return response
+
+
+def _bill(node: AgentNode, usage: Usage) -> None:
+    """Add one model call's usage to the agent's: one request more, whatever the adapter
+    reported as its count."""
+    own = node.own_usage
+    node.own_usage = Usage(
+        own.input_tokens + usage.input_tokens,
+        own.output_tokens + usage.output_tokens,
+        own.cache_read_tokens + usage.cache_read_tokens,
+        own.cache_write_tokens + usage.cache_write_tokens,
+        own.cost_usd + usage.cost_usd,
+        own.requests + 1,
+    )
+
+
+def _failed_call(node: AgentNode, run: RunState, s: Any, exc: Exception) -> ModelResponse | None:
+    """A model call raised: :data:`CONTEXT_FULL` for "input too long", else end the agent (or
+    the whole run, for a fatal provider error) and return ``None``."""
+    if isinstance(exc, ModelError):
+        spans.record_outcome(s, exc.kind, str(exc))
+        if exc.kind == "context_exceeded":
+            return CONTEXT_FULL
+        if exc.fatal:
+            run.fail(redact(str(exc)))
+        node.finish(RunStatus.ERROR, str(exc))
+        return None
+    # a model adapter or FunctionModel bug: end this agent
+    spans.record_outcome(s, exception_type(exc), describe_exception(exc))
+    node.finish(RunStatus.ERROR, f"model call raised {describe_exception(exc)}")
+    return None
+
+
+def _model_context(run: RunState, node: AgentNode) -> ModelContext:
+    """What a model call may use: the run's clients, and hooks publishing streamed progress."""
+    if not run.events.enabled:
+        return run.model_context
+    path = node.path
+
+    def text_delta(text: str) -> None:
+        run.events.emit(ModelTextDelta(path, text))
+
+    def tool_call_start(call_id: str, tool: str) -> None:
+        run.events.emit(ModelToolCallStarted(path, tool, call_id))
+
+    return ModelContext(run.clients, text_delta, tool_call_start)
