@@ -1,22 +1,27 @@
-"""Compatibility path: the same names as :mod:`orchestrator.tracing.view`, where they now live."""
+"""Compatibility path: ``orchestrator.traceview``'s names, from the modules that now own them.
+
+Saved traces are read in :mod:`orchestrator.tracing.tracefiles`, drawn in
+:mod:`orchestrator.tracing.view` and sent in :mod:`orchestrator.tracing.export`; the
+``trace`` commands are in :mod:`orchestrator.cli.trace`.
+"""
 
 from __future__ import annotations
 
-from .tracing.view import AttrValue as AttrValue
-from .tracing.view import RunSummary as RunSummary
-from .tracing.view import SpanEvent as SpanEvent
-from .tracing.view import SpanRecord as SpanRecord
-from .tracing.view import TraceExportError as TraceExportError
-from .tracing.view import TraceFileError as TraceFileError
-from .tracing.view import TraceNotFoundError as TraceNotFoundError
-from .tracing.view import export_command as export_command
-from .tracing.view import export_trace as export_trace
-from .tracing.view import list_command as list_command
-from .tracing.view import list_runs as list_runs
-from .tracing.view import load_trace as load_trace
+from .cli.trace import export_command as export_command
+from .cli.trace import list_command as list_command
+from .cli.trace import show as show
+from .tracing.export import TraceExportError as TraceExportError
+from .tracing.export import export_trace as export_trace
+from .tracing.tracefiles import AttrValue as AttrValue
+from .tracing.tracefiles import RunSummary as RunSummary
+from .tracing.tracefiles import SpanEvent as SpanEvent
+from .tracing.tracefiles import SpanRecord as SpanRecord
+from .tracing.tracefiles import TraceFileError as TraceFileError
+from .tracing.tracefiles import TraceNotFoundError as TraceNotFoundError
+from .tracing.tracefiles import list_runs as list_runs
+from .tracing.tracefiles import load_trace as load_trace
+from .tracing.tracefiles import resolve_run as resolve_run
 from .tracing.view import render_trace as render_trace
-from .tracing.view import resolve_run as resolve_run
-from .tracing.view import show as show
 
 __all__ = [
     "AttrValue",

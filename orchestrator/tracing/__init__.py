@@ -2,9 +2,10 @@
 
 The runtime only *uses* a tracer provider; :func:`configure_tracing` is where one gets
 configured. The span helpers (:mod:`.spans`), content capture (:mod:`.content`) and bounded
-flushes (:mod:`.flush`) need only the OpenTelemetry API; the exporter setup (:mod:`.setup`) and
-the trace view (:mod:`.view`) load the SDK or rich, so they are imported on first use of one of
-their names: ``import orchestrator.tracing`` stays light for programs that never trace.
+flushes (:mod:`.flush`) need only the OpenTelemetry API; the exporter setup (:mod:`.setup`,
+:mod:`.exporters`) loads the SDK, so its names are imported on first use: ``import
+orchestrator.tracing`` stays light for programs that never trace. Saved traces are read by
+:mod:`.tracefiles`, drawn by :mod:`.view` and sent later by :mod:`.export`.
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ from .otlp_json import decode_otlp_json as decode_otlp_json
 from .otlp_json import encode_otlp_json as encode_otlp_json
 
 if TYPE_CHECKING:
+    from .endpoints import Protocol as Protocol
+    from .endpoints import resolve_otlp_endpoint as resolve_otlp_endpoint
+    from .endpoints import resolve_protocol as resolve_protocol
+    from .exporters import OtlpJsonLinesExporter as OtlpJsonLinesExporter
     from .setup import DEFAULT_SERVICE_NAME as DEFAULT_SERVICE_NAME
-    from .setup import OtlpJsonLinesExporter as OtlpJsonLinesExporter
-    from .setup import Protocol as Protocol
     from .setup import TracingSetup as TracingSetup
     from .setup import configure_tracing as configure_tracing
-    from .setup import resolve_otlp_endpoint as resolve_otlp_endpoint
-    from .setup import resolve_protocol as resolve_protocol
 
 __all__ = [
     "CONTENT_CAPTURE_ENV",
@@ -44,22 +45,22 @@ __all__ = [
     "resolve_protocol",
 ]
 
-_LAZY = frozenset(
-    {
-        "DEFAULT_SERVICE_NAME",
-        "OtlpJsonLinesExporter",
-        "Protocol",
-        "TracingSetup",
-        "configure_tracing",
-        "resolve_otlp_endpoint",
-        "resolve_protocol",
-    }
-)
+# name -> the module that defines it, imported on first use
+_LAZY: dict[str, str] = {
+    "DEFAULT_SERVICE_NAME": ".setup",
+    "OtlpJsonLinesExporter": ".exporters",
+    "Protocol": ".endpoints",
+    "TracingSetup": ".setup",
+    "configure_tracing": ".setup",
+    "resolve_otlp_endpoint": ".endpoints",
+    "resolve_protocol": ".endpoints",
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(".setup", __name__), name)
+    module = _LAZY.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(module, __name__), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,15 +1,12 @@
 """OTLP/JSON: the OpenTelemetry Collector's file-exporter format, written and read.
 
-Trace files are one ``ExportTraceServiceRequest`` per line in protobuf's canonical JSON mapping
+Trace files hold one ``ExportTraceServiceRequest`` per line in protobuf's canonical JSON mapping
 (lowerCamelCase names, 64-bit integers and nanosecond timestamps as strings, enums as integers,
-fields at their default value left out), except that trace and span ids are lowercase hex, as
-OTLP/JSON requires.
-
-:func:`encode_spans_json` writes finished SDK spans straight to that JSON. Going through the
-protobuf request and protobuf's JSON printer (:func:`encode_otlp_json`, kept for requests that
-already are protobuf) cost ~190–290 µs per span, which at 13,000 spans for a 1,000-agent run was
-seconds of CPU competing with the run and more than the exit's flush deadline: the end of big
-traces was lost. The tests hold the two to the same output.
+default values left out), except that trace and span ids are lowercase hex, as OTLP/JSON wants.
+:func:`encode_spans_json` writes finished SDK spans straight to that JSON: the protobuf request
+and protobuf's JSON printer (:func:`encode_otlp_json`, kept for requests that already are
+protobuf) cost so much CPU per span that a big run's last spans missed exit's flush deadline.
+The tests hold the two to the same output.
 """
 
 from __future__ import annotations

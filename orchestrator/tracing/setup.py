@@ -1,36 +1,12 @@
-"""Exporter setup for the orchestrator's OpenTelemetry traces.
+"""``configure_tracing()``: span export set up once, from its arguments and the ``OTEL_*``
+variables (service name, endpoint, protocol, ``OTEL_TRACES_EXPORTER``).
 
-:func:`run <orchestrator.run>` only ever *uses* a tracer provider (the one passed to it or the
-global one); this module is where one gets *configured*, once, by the CLI or by a program that
-wants traces. It follows the standard ``OTEL_*`` variables so that pointing the orchestrator at
-Jaeger, a collector or Phoenix needs no code:
-
-========================================  ====================================================
-``OTEL_SERVICE_NAME``                     ``service.name`` (default ``orchestrator``)
-``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``    full traces URL, used as given (wins over the next)
-``OTEL_EXPORTER_OTLP_ENDPOINT``           base URL; ``/v1/traces`` is appended for HTTP
-``OTEL_EXPORTER_OTLP[_TRACES]_PROTOCOL``  ``http/protobuf`` (default) or ``grpc``
-``OTEL_TRACES_EXPORTER``                  ``otlp``, ``console``, ``none`` (comma-separated)
-========================================  ====================================================
-
-With no endpoint and no ``OTEL_TRACES_EXPORTER``, nothing leaves the machine: when the caller
-names a runs folder or a file, spans are written there as OTLP/JSON lines, the OpenTelemetry
-Collector file-exporter format, which :mod:`orchestrator.traceview` draws and can send to a
-collector later.
-
-Two measured hazards shape the export path (see ``notes/stack-facts.md``):
-
-* A dead collector blocked ``TracerProvider.shutdown()`` for 6.5 s (HTTP) and 7.4 s (gRPC) with
-  the default timeouts, and ``BatchSpanProcessor.force_flush`` ignores its timeout. So every
-  blocking call here runs in a daemon thread joined with a deadline, exporters get a short
-  request timeout, and once a shutdown's deadline passes the remaining batches fail fast
-  instead of each waiting out its own retries.
-* A 1,000-child run makes more than 10,000 spans, five times the SDK's default queue of 2,048.
-  The queue here holds 65,536 spans, and what still gets dropped is counted
-  (:attr:`TracingSetup.dropped_spans`) instead of vanishing with one log line.
-
-The heavy exporter modules (gRPC, protobuf, requests) are imported only when an exporter that
-needs them is built, so importing this module stays cheap for programs that never trace.
+:func:`run <orchestrator.run>` only ever *uses* a tracer provider; the CLI, or a program that
+wants traces, configures one here: OTLP to a collector, the console, or, with no endpoint and a
+runs folder or file named, OTLP/JSON lines that ``orchestrator trace`` draws and sends later.
+:class:`TracingSetup` finishes it: flush and shutdown are bounded (a dead collector must not hang
+exit, and the SDK's ``force_flush`` ignores its timeout), and lost spans are counted, not only
+logged. Imports the SDK: ``orchestrator.tracing`` loads this module on first use of its names.
 """
 
 from __future__ import annotations
@@ -42,115 +18,43 @@ import sys
 import tempfile
 import threading
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal, cast
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Final, cast
 
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import (
-    BatchSpanProcessor,
-    ConsoleSpanExporter,
-    SpanExporter,
-    SpanExportResult,
-)
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
 from ..core.errors import ConfigurationError
+from .endpoints import (
+    _DEFAULT_GRPC_ENDPOINT,
+    _DEFAULT_HTTP_ENDPOINT,
+    Protocol,
+    _traces_url,
+    resolve_otlp_endpoint,
+    resolve_protocol,
+)
+from .exporters import (
+    OtlpJsonLinesExporter,
+    _CountingBatchSpanProcessor,
+    _CountingExporter,
+    _dispatch_for,
+    _otlp_exporter,
+)
 from .flush import run_bounded
-from .otlp_json import encode_otlp_json, encode_spans_json
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
 
-__all__ = [
-    "DEFAULT_SERVICE_NAME",
-    "OtlpJsonLinesExporter",
-    "Protocol",
-    "TracingSetup",
-    "configure_tracing",
-    "resolve_otlp_endpoint",
-    "resolve_protocol",
-]
+__all__ = ["DEFAULT_SERVICE_NAME", "TracingSetup", "configure_tracing"]
 
 _logger = logging.getLogger("orchestrator.tracing")
 
-Protocol = Literal["grpc", "http/protobuf"]
-
 DEFAULT_SERVICE_NAME: Final = "orchestrator"
-_PROTOCOLS: Final[tuple[Protocol, ...]] = ("http/protobuf", "grpc")
-_DEFAULT_HTTP_ENDPOINT: Final = "http://localhost:4318"
-_DEFAULT_GRPC_ENDPOINT: Final = "http://localhost:4317"
-_TRACES_PATH: Final = "/v1/traces"
-# The SDK's default batch is 512 spans; a 1-second schedule (SDK default: 5 s) makes a live
-# Jaeger view fill in while a run is still going, at the price of smaller early batches.
-_MAX_EXPORT_BATCH: Final = 512
-_SCHEDULE_DELAY_MS: Final = 1000
-# What a trace file has left at shutdown is mostly encoding work (~70 µs per span; a full
-# 65,536-span queue is ~5 s), not a network that may be dead: unless the caller gives a
-# timeout, it gets this long to drain instead of the export timeout.
+# What a trace file has left at shutdown is mostly encoding work, which a full queue makes
+# seconds of, not a network that may be dead: unless the caller gives a timeout, it gets this
+# long to drain instead of the export timeout.
 _FILE_SHUTDOWN_LIMIT: Final = 15.0
-
-
-# Endpoint and protocol resolution (shared with ``orchestrator trace export``).
-
-
-def resolve_protocol(protocol: str | None = None) -> Protocol:
-    """The OTLP protocol: the argument, else the traces-specific variable, else the general one.
-
-    Raises :class:`~orchestrator.errors.ConfigurationError` for anything but ``grpc`` and
-    ``http/protobuf``: the Python exporters cannot send ``http/json``, and silently sending
-    something else to a collector that expects it would lose the whole trace.
-    """
-    raw = (
-        (
-            protocol
-            or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-            or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-            or "http/protobuf"
-        )
-        .strip()
-        .lower()
-    )
-    for known in _PROTOCOLS:
-        if raw == known:
-            return known
-    raise ConfigurationError(f"unsupported OTLP protocol {raw!r}: use 'http/protobuf' or 'grpc'")
-
-
-def _traces_url(base: str, *, always_append: bool) -> str:
-    """An OTLP/HTTP traces URL from a base URL.
-
-    The spec says ``OTEL_EXPORTER_OTLP_ENDPOINT`` always gets ``/v1/traces`` appended; for an
-    explicit endpoint (``--endpoint``) we append it only when the URL has no path, so both
-    ``http://host:4318`` and ``http://host:4318/v1/traces`` do what the user meant.
-    """
-    if "://" not in base:
-        base = "http://" + base
-    path = urlsplit(base).path
-    if always_append or path in ("", "/"):
-        return base.rstrip("/") + _TRACES_PATH
-    return base
-
-
-def resolve_otlp_endpoint(endpoint: str | None = None, protocol: str | None = None) -> str | None:
-    """Where OTLP traces go, or ``None`` when nothing names an endpoint.
-
-    Precedence: the argument, then ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (used exactly as
-    given, per the spec), then ``OTEL_EXPORTER_OTLP_ENDPOINT`` (a base URL). For HTTP the result
-    is the full ``.../v1/traces`` URL; for gRPC it is the URL as given (the exporter keeps only
-    host and port, and takes ``http://`` to mean plaintext).
-    """
-    traces = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
-    base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
-    if not (endpoint or traces or base):
-        return None  # the protocol variable matters only where something is sent
-    http = resolve_protocol(protocol) == "http/protobuf"
-    if endpoint:
-        return _traces_url(endpoint, always_append=False) if http else endpoint
-    if traces:  # as given, but a bare host:port means plain HTTP as it does for the base URL
-        return "http://" + traces if http and "://" not in traces else traces
-    return _traces_url(base, always_append=True) if http else base
 
 
 def _selected_exporters() -> tuple[set[str], bool]:
@@ -165,216 +69,6 @@ def _selected_exporters() -> tuple[set[str], bool]:
             "OTEL_TRACES_EXPORTER: ignoring unsupported exporter(s) %s", ", ".join(sorted(unknown))
         )
     return names - unknown, True
-
-
-class OtlpJsonLinesExporter(SpanExporter):
-    """Appends each exported batch to ``path`` as one OTLP/JSON line.
-
-    The file is created (with its folder) on the first batch, so a run that makes no spans
-    leaves no empty trace behind. Each line is written and flushed whole, so a crash loses at
-    most the batches still queued, and a reader never sees half a line from a finished batch.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._lock = threading.Lock()
-        self._file: Any = None
-        self._closed = False
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        if not spans:
-            return SpanExportResult.SUCCESS
-        try:
-            line = (encode_spans_json(spans) + "\n").encode("utf-8")
-        except UnicodeEncodeError:
-            # a lone surrogate in some string (a file name, a model's broken escape): the
-            # protobuf path drops just that attribute, as the SDK's encoder always did
-            from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-
-            line = (encode_otlp_json(encode_spans(spans)) + "\n").encode("utf-8")
-        with self._lock:
-            if self._closed:
-                return SpanExportResult.FAILURE
-            try:
-                if self._file is None:
-                    self.path.parent.mkdir(parents=True, exist_ok=True)
-                    self._file = self.path.open("ab")
-                self._file.write(line)
-                self._file.flush()
-            except OSError as exc:
-                _logger.error("cannot write trace file %s: %s", self.path, exc)
-                return SpanExportResult.FAILURE
-        return SpanExportResult.SUCCESS
-
-    def shutdown(self) -> None:
-        with self._lock:
-            self._closed = True
-            if self._file is not None:
-                self._file.close()
-                self._file = None
-
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        return True
-
-
-# --------------------------------------------------------------------------------------------
-# Counting and bounding around the SDK's batch processor.
-
-
-class _CountingExporter(SpanExporter):
-    """Wraps an exporter to count what it was given and what it delivered.
-
-    It also carries the shutdown deadline: past ``give_up_at`` a batch fails at once, and once
-    a batch has failed during shutdown so do the rest, so a dead endpoint costs one export
-    attempt at exit rather than one per remaining batch.
-    """
-
-    def __init__(self, inner: SpanExporter, kind: str) -> None:
-        self.inner = inner
-        self.kind = kind
-        self.handed = 0
-        self.exported = 0
-        self.failed = 0
-        self.give_up_at: float | None = None
-        self._lock = threading.Lock()
-        self._inner_shut = False
-
-    def _count(self, *, handed: int = 0, exported: int = 0, failed: int = 0) -> None:
-        with self._lock:
-            self.handed += handed
-            self.exported += exported
-            self.failed += failed
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        n = len(spans)
-        self._count(handed=n)
-        if self.give_up_at is not None and time.monotonic() >= self.give_up_at:
-            self._count(failed=n)
-            return SpanExportResult.FAILURE
-        try:
-            result = self.inner.export(spans)
-        except Exception:
-            _logger.exception("%s span exporter raised", self.kind)
-            result = SpanExportResult.FAILURE
-        if result is SpanExportResult.SUCCESS:
-            self._count(exported=n)
-        else:
-            self._count(failed=n)
-            if self.give_up_at is not None:
-                # Shutting down and a batch just failed after its own retries: the rest would
-                # fail the same way, one timeout each. Give up on them now.
-                self.give_up_at = time.monotonic()
-        return result
-
-    def shutdown(self) -> None:
-        """Shut the wrapped exporter down once (the OTLP ones warn on a second call)."""
-        with self._lock:
-            if self._inner_shut:
-                return
-            self._inner_shut = True
-        try:
-            self.inner.shutdown()
-        except Exception:
-            _logger.exception("%s span exporter failed to shut down", self.kind)
-
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        return self.inner.force_flush(timeout_millis)
-
-
-class _CountingBatchSpanProcessor(BatchSpanProcessor):
-    """A ``BatchSpanProcessor`` that knows how many spans it lost.
-
-    The SDK drops the oldest queued span when the queue is full and only logs it. So we count
-    at the edges: a sampled span that ended here, was never handed to the exporter and is no
-    longer queued was dropped (queue overflow, or ended after shutdown). Once the queue is
-    drained (after a flush or shutdown) this is exact; while spans flow it is off by at most
-    the batch the worker has just popped and not yet handed over.
-    """
-
-    def __init__(self, exporter: _CountingExporter, *, max_queue_size: int) -> None:
-        super().__init__(
-            exporter,
-            max_queue_size=max_queue_size,
-            max_export_batch_size=min(_MAX_EXPORT_BATCH, max_queue_size),
-            schedule_delay_millis=_SCHEDULE_DELAY_MS,
-        )
-        self.counter = exporter
-        self._ended = 0
-        self._ended_lock = threading.Lock()
-
-    def on_end(self, span: ReadableSpan) -> None:
-        if span.context is not None and span.context.trace_flags.sampled:
-            with self._ended_lock:
-                self._ended += 1
-        super().on_end(span)
-
-    @property
-    def ended(self) -> int:
-        return self._ended
-
-    def _pending(self) -> int:
-        """Spans still queued (private SDK state, read defensively; 0 if it ever moves)."""
-        queue = getattr(getattr(self, "_batch_processor", None), "_queue", None)
-        try:
-            return len(queue) if queue is not None else 0
-        except TypeError:
-            return 0
-
-    @property
-    def dropped(self) -> int:
-        # While the worker is between popping a batch and exporting it, up to one batch is
-        # briefly counted as dropped; after a flush or shutdown the figure is exact.
-        return max(0, self._ended - self.counter.handed - self._pending())
-
-
-class _Dispatch(SpanProcessor):
-    """The one processor we add to a provider, passing spans to the live setups' processors.
-
-    The SDK cannot remove a processor from a provider: a program that configures tracing,
-    shuts it down and configures it again (a service, per job) would otherwise keep every
-    shut-down processor on the global provider, each costing every later span a little more.
-    """
-
-    def __init__(self) -> None:
-        self.targets: tuple[_CountingBatchSpanProcessor, ...] = ()
-        self._lock = threading.Lock()
-
-    def attach(self, processors: Sequence[_CountingBatchSpanProcessor]) -> None:
-        with self._lock:
-            self.targets = (*self.targets, *processors)
-
-    def detach(self, processors: Sequence[_CountingBatchSpanProcessor]) -> None:
-        with self._lock:
-            self.targets = tuple(p for p in self.targets if p not in processors)
-
-    def on_start(self, span: Any, parent_context: Any = None) -> None:
-        for target in self.targets:
-            target.on_start(span, parent_context=parent_context)
-
-    def on_end(self, span: ReadableSpan) -> None:
-        for target in self.targets:
-            target.on_end(span)
-
-    def shutdown(self) -> None:
-        for target in self.targets:
-            cast(Callable[[], None], target.shutdown)()  # unannotated in the SDK
-
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        flushed = [target.force_flush(timeout_millis) for target in self.targets]  # every one
-        return all(flushed)
-
-
-_DISPATCH: weakref.WeakKeyDictionary[TracerProvider, _Dispatch] = weakref.WeakKeyDictionary()
-_DISPATCH_LOCK = threading.Lock()
-
-
-def _dispatch_for(provider: TracerProvider) -> _Dispatch:
-    with _DISPATCH_LOCK:
-        dispatch = _DISPATCH.get(provider)
-        if dispatch is None:
-            dispatch = _DISPATCH[provider] = _Dispatch()
-            provider.add_span_processor(dispatch)
-        return dispatch
 
 
 def _shutdown_at_exit(provider: TracerProvider, timeout: float) -> None:
@@ -578,30 +272,6 @@ def _build_resource(service_name: str | None) -> Resource:
     return resource
 
 
-def _otlp_exporter(endpoint: str, protocol: Protocol, timeout: float) -> SpanExporter:
-    if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
-            OTLPSpanExporter as GrpcExporter,
-        )
-
-        insecure: bool | None = None
-        if "://" not in endpoint:
-            # No scheme: the exporter would assume TLS; for a bare host:port (the usual local
-            # collector) plaintext is what people mean, unless the variables say otherwise.
-            env = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_INSECURE") or os.environ.get(
-                "OTEL_EXPORTER_OTLP_INSECURE"
-            )
-            insecure = True if env is None else env.strip().lower() == "true"
-        return cast(
-            SpanExporter, GrpcExporter(endpoint=endpoint, insecure=insecure, timeout=timeout)
-        )
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
-        OTLPSpanExporter as HttpExporter,
-    )
-
-    return cast(SpanExporter, HttpExporter(endpoint=endpoint, timeout=timeout))
-
-
 def _check_writable_folder(folder: Path) -> None:
     """Refuse a trace file that could never be written, before the run (not after it)."""
     try:
@@ -646,7 +316,8 @@ def configure_tracing(
         runs_dir: when no OTLP exporter is in use, write the trace to a new file here.
         run_file: like ``runs_dir`` but the exact file (appended to if it exists).
         export_timeout: seconds per export request, and the default bound on flush/shutdown.
-        max_queue_size: spans the batch queue holds before dropping (and counting) the oldest.
+        max_queue_size: spans the batch queue holds before dropping (and counting) the oldest;
+            the default is sized for wide trees, which make many times the SDK's default.
         set_global: make a newly created provider the global one (default). If the global
             provider already is an SDK provider, it is reused instead, since OpenTelemetry
             refuses to replace it.

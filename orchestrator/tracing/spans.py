@@ -1,17 +1,12 @@
-"""The spans a run emits, following the OpenTelemetry GenAI semantic conventions.
+"""The spans a run emits, named and attributed per the OpenTelemetry GenAI semantic conventions.
 
 ``invoke_agent {name}`` per agent run, ``turn {name}`` per loop turn, ``chat {model}`` per model
 call and ``execute_tool {name}`` per tool call; a child's ``invoke_agent`` sits under its
 spawn's ``execute_tool``. Standard ``gen_ai.usage.*`` attributes go on ``chat`` spans only, so
-backends that add them up do not count twice; subtree roll-ups use ``orchestrator.*`` names.
-The cache-write attribute is ``gen_ai.usage.cache_creation.input_tokens`` (the conventions'
-registry name; the anthropic SDK says ``cache_write``).
-
-Cancellation is recorded deliberately: the span keeps status UNSET (nothing failed) and gets
-``orchestrator.cancelled=true`` and ``orchestrator.outcome=cancelled``. Every other outcome
-but success sets status ERROR and ``error.type``, also on a span a cancellation cut when the
-cause was the deadline (``timeout``) or a fatal error (``error``). Attributes are only computed when the span
-is recording, so an unconfigured tracer costs next to nothing.
+backends that add them up do not count twice; roll-ups use ``orchestrator.*`` names. Every span
+states its outcome, cancellation included (:func:`record_outcome`). Only the OpenTelemetry API
+is needed, so core imports this module; attributes are computed only when a span is recording,
+so an unconfigured tracer costs next to nothing.
 """
 
 from __future__ import annotations
@@ -209,7 +204,13 @@ def usage_attributes(prefix: str, usage: Usage) -> dict[str, Any]:
 
 
 def record_outcome(s: Span, outcome: str, error: str | None) -> None:
-    """Set the outcome attribute and the span status for an agent or tool outcome."""
+    """Set the outcome attribute and the span status for an agent or tool outcome.
+
+    Cancellation is recorded deliberately: the span keeps status UNSET (nothing failed) and gets
+    ``orchestrator.cancelled=true`` and ``orchestrator.outcome=cancelled``. Every other outcome
+    but success sets status ERROR and ``error.type``, also on a span a cancellation cut when the
+    cause was the deadline (``timeout``) or a fatal error (``error``).
+    """
     if not s.is_recording():
         return
     s.set_attribute("orchestrator.outcome", outcome)
@@ -292,7 +293,11 @@ def genai_messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
 
 def record_chat_usage(s: Span, u: Usage) -> None:
     """A model call's billed usage on its ``chat`` span (a failed call's too, if it was
-    billed: the spans' sum then matches the agents' usage)."""
+    billed: the spans' sum then matches the agents' usage).
+
+    The cache-write count is ``gen_ai.usage.cache_creation.input_tokens`` (the conventions'
+    registry name; the anthropic SDK says ``cache_write``).
+    """
     if s.is_recording():
         s.set_attributes(
             {

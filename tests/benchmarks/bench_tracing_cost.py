@@ -160,7 +160,7 @@ def one_run(config: str, n: int, k: int) -> dict[str, Any]:
         if hasattr(exporter, "get_finished_spans"):
             spans = len(exporter.get_finished_spans())
         else:
-            from orchestrator.tracing.view import load_trace
+            from orchestrator.tracing.tracefiles import load_trace
 
             spans = len(load_trace(exporter.path))
             shutil.rmtree(exporter.path.parent)

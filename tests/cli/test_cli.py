@@ -30,7 +30,7 @@ import pytest
 from orchestrator import Agent
 from orchestrator.cli.main import EXIT_CODES
 from orchestrator.core.result import RunStatus
-from orchestrator.tracing.view import SpanRecord, load_trace
+from orchestrator.tracing.tracefiles import SpanRecord, load_trace
 
 AGENTS = textwrap.dedent(
     '''
@@ -530,7 +530,7 @@ def test_a_model_given_its_own_api_key_is_not_swapped_for_the_offline_model(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # a key from a secret store: the CLI answered offline and exited 0, tokens=0, in CI
-    from orchestrator.cli.main import offline_fallback
+    from orchestrator.cli.run import offline_fallback
     from orchestrator.models import AnthropicModel
 
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)

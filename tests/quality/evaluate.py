@@ -44,7 +44,7 @@ from typing import Any
 import trio
 
 from orchestrator import Agent, RunResult, run
-from orchestrator.cli.main import load_agent
+from orchestrator.cli.run import load_agent
 from orchestrator.core.messages import ToolResultBlock
 from orchestrator.research.corpus import Corpus, CorpusError
 from orchestrator.research.tools import CORPUS_ENV

@@ -25,7 +25,7 @@ from opentelemetry.trace.status import Status, StatusCode
 from orchestrator import Agent, run, tool
 from orchestrator.models import ScriptedModel, text, tool_call
 from orchestrator.tracing.otlp_json import decode_otlp_json, encode_otlp_json, encode_spans_json
-from orchestrator.tracing.view import load_trace
+from orchestrator.tracing.tracefiles import load_trace
 
 
 def reference(spans: Sequence[ReadableSpan]) -> Any:

@@ -21,20 +21,18 @@ from opentelemetry.util.types import AttributeValue
 from rich.console import Console
 from support.otlp_receiver import OtlpReceiver
 
+from orchestrator.cli.trace import export_command, list_command, show
 from orchestrator.tracing import configure_tracing
-from orchestrator.tracing import view as traceview
-from orchestrator.tracing.view import (
+from orchestrator.tracing import tracefiles as traceview
+from orchestrator.tracing.tracefiles import (
     SpanRecord,
     TraceFileError,
     TraceNotFoundError,
-    export_command,
-    list_command,
     list_runs,
     load_trace,
-    render_trace,
     resolve_run,
-    show,
 )
+from orchestrator.tracing.view import render_trace
 
 MS = 1_000_000
 T0 = 1_750_000_000_000_000_000  # ns

@@ -41,7 +41,8 @@ from orchestrator.tracing import (
     flush_tracer_provider,
     resolve_otlp_endpoint,
 )
-from orchestrator.tracing.view import export_trace, load_trace
+from orchestrator.tracing.export import export_trace
+from orchestrator.tracing.tracefiles import load_trace
 
 RUN_ID = "run-7f3a9c"
 TREE = ["invoke_agent lead", "execute_tool spawn_subagent", "invoke_agent researcher", "chat m1"]

@@ -64,7 +64,8 @@ from orchestrator.core.redact import REDACTED
 from orchestrator.models import FunctionModel, ScriptedModel, response, text, tool_call
 from orchestrator.models.base import ModelRequest, ModelResponse
 from orchestrator.tracing import configure_tracing
-from orchestrator.tracing.view import SpanRecord, export_trace, load_trace
+from orchestrator.tracing.export import export_trace
+from orchestrator.tracing.tracefiles import SpanRecord, load_trace
 
 MODEL = "tree-fm"
 PROVIDER = "function"  # FunctionModel.provider

@@ -1,0 +1,159 @@
+"""``orchestrator trace list/show/export``: saved runs on the console, each command an exit code.
+
+The library side is in :mod:`orchestrator.tracing` (:mod:`~orchestrator.tracing.tracefiles`
+reads and finds runs, :mod:`~orchestrator.tracing.view` draws one,
+:mod:`~orchestrator.tracing.export` sends one); these commands print through ``rich`` (imported
+when one runs) and turn a failure into one error line and an exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..core.errors import OrchestratorError
+from ..tracing.endpoints import resolve_otlp_endpoint
+from ..tracing.export import TraceExportError, export_trace
+from ..tracing.tracefiles import (
+    TraceFileError,
+    TraceNotFoundError,
+    list_runs,
+    load_trace,
+    resolve_run,
+)
+from ..tracing.view import _STATUS_STYLES, _fmt_duration, render_trace
+from .main import _stdout_to_devnull
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+__all__ = ["cmd_trace", "escape", "export_command", "list_command", "show"]
+
+
+def escape(text: str) -> str:
+    """``text`` shown as it is by rich (a path or a message holding "[...]" is not markup)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
+
+
+def show(
+    run: str | None, runs_dir: Path, console: Console, *, errors: Console | None = None
+) -> int:
+    """``orchestrator trace show [RUN]``: draw a saved run (default: the newest). Errors go to
+    ``errors`` (the CLI's stderr), else to ``console``."""
+    try:
+        path = resolve_run(run, runs_dir)
+        spans = load_trace(path)
+    except (TraceNotFoundError, TraceFileError) as exc:
+        (errors or console).print(f"[red]error:[/red] {escape(str(exc))}")
+        return 1
+    console.print(f"[dim]{escape(str(path))}[/dim]")
+    render_trace(spans, console)
+    return 0
+
+
+def list_command(runs_dir: Path, console: Console, *, limit: int | None = None) -> int:
+    """``orchestrator trace list``: the saved runs, newest first.
+
+    The status column shows the root's ``orchestrator.outcome`` (``completed``, ``timeout``...)
+    coloured by its span status, or the bare status when no outcome was recorded.
+    """
+    from rich.table import Table
+    from rich.text import Text
+
+    runs = list_runs(runs_dir)
+    if not runs:
+        console.print(f"no saved traces in {escape(str(runs_dir))}")
+        return 0
+    shown = runs[:limit] if limit else runs
+    this_year = datetime.now().year
+    same_year = all(r.start is None or r.start.astimezone().year == this_year for r in shown)
+    time_format = "%m-%d %H:%M" if same_year else "%Y-%m-%d %H:%M"  # 80 columns are tight
+    rows = []
+    for r in shown:
+        try:
+            where = str(r.path.relative_to(runs_dir))
+        except ValueError:
+            where = str(r.path)
+        rows.append(
+            [
+                r.run_id,
+                r.root_agent or "",
+                r.start.astimezone().strftime(time_format) if r.start else "",
+                _fmt_duration(int(r.duration_s * 1e9)),
+                str(r.span_count),
+                # The outcome says more than the span status; its colour still shows the status.
+                r.outcome or r.status,
+                where,
+            ]
+        )
+    headers = ["run", "agent", "started", "duration", "spans", "status", "file"]
+    widest = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(headers)]
+    if not console.is_terminal:  # piped (grep, a file): whole values, nothing cut to fit
+        console.width = max(console.width, sum(widest) + 2 * len(headers))
+    # The CLI names files <run id>.jsonl, so the file column mostly repeats the run id: it is
+    # the first thing to go when the terminal is too narrow for everything.
+    if all(row[6] == f"{row[0]}.jsonl" for row in rows) or sum(widest) + 2 * 6 > console.width:
+        headers.pop()
+        rows = [row[:-1] for row in rows]
+    table = Table(box=None, pad_edge=False, header_style="bold dim")
+    for index, header in enumerate(headers):
+        table.add_column(
+            header,
+            no_wrap=True,
+            # Only the agent name gives way on a narrow terminal; the run id (what users copy
+            # into `trace show`) and the figures stay whole.
+            min_width=None if header == "agent" else widest[index],
+            overflow="ellipsis",
+            justify="right" if header in ("duration", "spans") else "left",
+        )
+    for r, row in zip(shown, rows, strict=True):
+        style = _STATUS_STYLES.get(r.status, "")
+        table.add_row(*row[:5], Text(row[5], style=style), *row[6:])
+    console.print(table)
+    return 0
+
+
+def export_command(
+    run: str | None,
+    runs_dir: Path,
+    endpoint: str | None,
+    protocol: str | None,
+    console: Console,
+    *,
+    timeout: float = 10.0,
+    errors: Console | None = None,
+) -> int:
+    """``orchestrator trace export RUN --endpoint URL``: send a saved run to a collector.
+    Errors go to ``errors`` (the CLI's stderr), else to ``console``."""
+    try:
+        path = resolve_run(run, runs_dir)
+        sent = export_trace(path, endpoint, protocol, timeout=timeout)
+    except (TraceNotFoundError, TraceFileError, TraceExportError) as exc:
+        (errors or console).print(f"[red]error:[/red] {escape(str(exc))}")
+        return 1
+    except OrchestratorError as exc:  # e.g. an unsupported protocol
+        (errors or console).print(f"[red]error:[/red] {escape(str(exc))}")
+        return 2
+    target = resolve_otlp_endpoint(endpoint, protocol)
+    console.print(f"sent {sent} spans from {escape(str(path))} to {escape(str(target))}")
+    return 0
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    console = Console()
+    # `trace show | head`: the reader has what it wanted, which is no failure (rich's own
+    # handler exits 1); the rest of the output goes nowhere
+    console.on_broken_pipe = _stdout_to_devnull  # type: ignore[method-assign]
+    errors = Console(stderr=True, soft_wrap=True)  # a message is one line, whatever the width
+    runs_dir = Path(args.runs_dir)
+    if args.trace_command == "list":
+        return list_command(runs_dir, console)
+    if args.trace_command == "show":
+        return show(args.run, runs_dir, console, errors=errors)
+    return export_command(args.run, runs_dir, args.endpoint, args.protocol, console, errors=errors)
