@@ -49,7 +49,7 @@ CORE_BOTTOM = frozenset(
         "orchestrator.core.cancellation",
     }
 )
-CORE_THIRD_PARTY = frozenset({"trio", "pydantic", "opentelemetry"})
+CORE_THIRD_PARTY = frozenset({"trio", "pydantic", "pydantic_core", "opentelemetry"})
 # Old import paths kept as thin re-exports; they import from where the names now live.
 COMPATIBILITY_PATHS = frozenset({"orchestrator.models.offline"})
 

@@ -14,14 +14,21 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import logging
 import os
+import re
 import sys
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TextIO, cast
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from .. import __version__
 from ..core.result import RunStatus
+from ..core.terminal import terminal_safe
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 __all__ = ["EXIT_CODES", "main"]
 
@@ -98,10 +105,53 @@ class _Diagnostics:
         return getattr(self._stream, name)
 
 
+_USERINFO = re.compile(r"(?<=://)[^\s/@]+@")
+
+
+def without_userinfo(text: str) -> str:
+    """``text`` (a URL, or a message quoting URLs) with the user and password a URL may hold
+    (``https://user:token@host``) shown as ``***``: :func:`~orchestrator.core.redact.redact`
+    knows only the environment's secrets and key-shaped tokens."""
+    return _USERINFO.sub("***@", text) if "@" in text else text
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's messages (usage, ``unrecognized arguments: ...``) quote the command line as
+    it was typed: they reach the terminal through :func:`terminal_safe` like every other
+    diagnostic."""
+
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        if message:
+            super()._print_message(terminal_safe(message, multiline=True), file)
+
+
+class _TerminalLogHandler(logging.Handler):
+    """The handler of last resort while the CLI runs (log records when the program configured
+    no logging: the library's warnings, a flush that failed): as Python's own, the message of
+    each WARNING or worse on the current ``sys.stderr``, but redacted and neutralized."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(terminal_safe(self.format(record), multiline=True) + "\n")
+        except Exception:
+            self.handleError(record)
+
+
+@contextlib.contextmanager
+def _safe_last_resort() -> Iterator[None]:
+    saved = logging.lastResort
+    logging.lastResort = _TerminalLogHandler()
+    try:
+        yield
+    finally:
+        logging.lastResort = saved
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="orchestrator", description=__doc__.split("\n\n")[0] if __doc__ else None
-    )
+    parser = _Parser(prog="orchestrator", description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--version", action="version", version=f"orchestrator {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -174,10 +224,15 @@ def main(argv: list[str] | None = None) -> int:
     stderr = sys.stderr
     sys.stderr = cast(TextIO, _Diagnostics(stderr))
     try:
-        code = _command(args.command)(args)
+        with _safe_last_resort():
+            code = _command(args.command)(args)
     except UsageError as exc:
-        sys.stderr.write(f"orchestrator: {exc}\n")
+        sys.stderr.write(terminal_safe(f"orchestrator: {exc}") + "\n")
         return EXIT_USAGE
+    except Exception as exc:  # a bug: its traceback, as Python prints it, but fit for a terminal
+        text = "".join(traceback.format_exception(exc))
+        sys.stderr.write(terminal_safe(text, multiline=True))
+        return 1
     finally:
         sys.stderr = stderr
     return code

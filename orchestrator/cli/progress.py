@@ -29,7 +29,9 @@ from ..core.events import (
     ToolStarted,
     TurnStarted,
 )
+from ..core.redact import secret_values
 from ..core.result import RunResult
+from ..core.terminal import terminal_safe
 
 __all__ = ["follow_events"]
 
@@ -40,18 +42,27 @@ _STYLE = {"running": "yellow", "done": "green", "failed": "red", "waiting": "dim
 
 @dataclass
 class _AgentRow:
+    name: str = ""
+    """The last part of its path, fit for a terminal."""
     state: str = "waiting"
     step: str = "starting"
     turns: int = 0
     tokens: int = 0
     tools_running: dict[str, str] = field(default_factory=dict)
-    """Tool name by call id: two parallel calls of one tool are two entries."""
+    """Tool name (fit for a terminal) by call id: two parallel calls of one tool are two
+    entries."""
 
 
 class _Board:
-    """What the display knows about every agent, by path."""
+    """What the display knows about every agent, by path.
 
-    def __init__(self) -> None:
+    Every text an event brings (a task, a tool name the model chose, an error) passes through
+    :func:`~orchestrator.core.terminal.terminal_safe` once, as it arrives: secrets redacted with
+    the snapshot taken when the board was made, control characters shown as escapes.
+    """
+
+    def __init__(self, secrets: tuple[str, ...] | None = None) -> None:
+        self.secrets = secret_values() if secrets is None else secrets
         self.rows: dict[str, _AgentRow] = {}
         self.children: dict[str | None, list[str]] = {}
         """Paths by parent path, so a render walks the tree once (no scan per node)."""
@@ -63,7 +74,9 @@ class _Board:
         for node in result.walk():
             row = self.rows.get(node.path)
             if row is None:  # its start was dropped too
-                row = self.rows[node.path] = _AgentRow()
+                row = self.rows[node.path] = _AgentRow(
+                    name=self._safe(node.path.rsplit("/", 1)[-1])
+                )
                 parent = node.path.rpartition("/")[0] or None
                 self.children.setdefault(parent, []).append(node.path)
             if row.state in ("done", "failed"):
@@ -82,12 +95,15 @@ class _Board:
                 lines.append(line)
         return lines
 
+    def _safe(self, text: str, limit: int | None = None) -> str:
+        return terminal_safe(text, limit=limit, secrets=self.secrets)
+
     def apply(self, event: Event) -> str | None:
         """Update the board; return a one-line description for plain output (or None)."""
         if isinstance(event, AgentStarted):
-            self.rows[event.path] = _AgentRow()
+            self.rows[event.path] = _AgentRow(name=self._safe(event.path.rsplit("/", 1)[-1]))
             self.children.setdefault(event.parent_path, []).append(event.path)
-            return f"start  {event.path}: {event.task[:80]!r}"
+            return f"start  {self._safe(event.path)}: '{self._safe(event.task, 80)}'"
         row = self.rows.get(event.path)
         if row is None:
             return None
@@ -97,23 +113,23 @@ class _Board:
             row.step = "waiting for the model"
             return None
         if isinstance(event, ToolStarted):
-            row.tools_running[event.call_id] = event.tool
+            row.tools_running[event.call_id] = tool = self._safe(event.tool, 80)
             row.step = _running(row)
-            return f"tool   {event.path}: {event.tool}"
+            return f"tool   {self._safe(event.path)}: {tool}"
         if isinstance(event, ToolFinished):
             row.tools_running.pop(event.call_id, None)
             row.step = _running(row) if row.tools_running else "tools done"
             return None
         if isinstance(event, AgentFinished):
             row.state = "done" if event.status == "completed" else "failed"
-            row.step = (
-                event.status if event.error is None else f"{event.status}: {event.error[:60]}"
-            )
+            status = str(event.status)
+            row.step = status if event.error is None else f"{status}: {self._safe(event.error, 60)}"
             row.tokens = event.usage.billed_tokens
             row.turns = event.turns
-            return f"finish {event.path}: {event.status} ({event.turns} turns, {event.usage.billed_tokens} tokens)"
+            path = self._safe(event.path)
+            return f"finish {path}: {status} ({event.turns} turns, {row.tokens} tokens)"
         if isinstance(event, ModelToolCallStarted):
-            row.step = f"model is calling {event.tool}"
+            row.step = f"model is calling {self._safe(event.tool, 80)}"
         elif isinstance(event, ModelTextDelta):
             row.step = "model is writing"
         return None
@@ -127,7 +143,7 @@ class _Board:
     def _add(self, parent: Tree, path: str) -> None:
         row = self.rows[path]
         label = Text()
-        label.append(f"{path.rsplit('/', 1)[-1]} ", style="bold")
+        label.append(f"{row.name} ", style="bold")
         label.append(f"[{row.state}] ", style=_STYLE.get(row.state, ""))
         label.append(f"{row.step}  turns={row.turns}")
         if row.tokens:

@@ -10,6 +10,7 @@ live progress, prints the final answer and one summary line, and writes the trac
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -17,18 +18,23 @@ import math
 import os
 import signal
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, TextIO
+from types import FrameType
+from typing import Any, NoReturn, TextIO
 
 import trio
 
 from ..core.agent import Agent
+from ..core.cancellation import SignalInterrupt, in_tool_code
 from ..core.errors import ConfigurationError
 from ..core.limits import Limits
+from ..core.redact import redact, secret_values
 from ..core.result import RunResult, RunStatus
-from .main import EXIT_CODES, UsageError, _stdout_to_devnull
+from ..core.terminal import terminal_safe
+from .main import EXIT_CODES, UsageError, _stdout_to_devnull, without_userinfo
 
 __all__ = ["cmd_run", "load_agent", "offline_fallback"]
 
@@ -138,48 +144,151 @@ async def _run_tree(
     from ..core.run import open_run
     from .progress import follow_events
 
-    async with open_run(
-        agent,
-        prompt,
-        model=model,
-        limits=limits,
-        run_id=run_id,
-        event_buffer=4096 if progress != "none" else 0,
-    ) as handle:
-        async with trio.open_nursery() as nursery:
-            if progress != "none":  # ends by itself when the run closes its event channel
-                nursery.start_soon(
-                    lambda: follow_events(
-                        handle.events,
-                        live=progress == "live",
-                        stream=out,
-                        outcome=handle.result,
+    with _SignalGuard(live=progress == "live") as guard:
+        async with open_run(
+            agent,
+            prompt,
+            model=model,
+            limits=limits,
+            run_id=run_id,
+            event_buffer=4096 if progress != "none" else 0,
+        ) as handle:
+            guard.watch(handle)
+            async with trio.open_nursery() as nursery:
+                if progress != "none":  # ends by itself when the run closes its event channel
+                    nursery.start_soon(
+                        lambda: follow_events(
+                            handle.events,
+                            live=progress == "live",
+                            stream=out,
+                            outcome=handle.result,
+                        )
                     )
-                )
-            async with trio.open_nursery() as watcher:
-                watcher.start_soon(_watch_sigint, handle)
                 result = await handle.result()
-                watcher.cancel_scope.cancel()
         return result
 
 
-async def _watch_sigint(handle: Any) -> None:
-    """First Ctrl-C (or SIGTERM: a timeout, docker stop, a CI cancel) cancels the tree,
-    keeping what finished and ending every span; a second exits at once."""
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        count = 0
-        async for signum in signals:
-            count += 1
-            if count == 1:
-                # sys.stderr at this moment, not the stream saved before: while the live view
-                # is up it is rich's proxy, which prints above the tree instead of under it
-                # (where the next redraw would erase the line)
-                again = "Ctrl-C again" if signum == signal.SIGINT else "send it again"
-                sys.stderr.write(f"\ncancelling the run ({again} to exit at once)...\n")
-                sys.stderr.flush()
-                handle.cancel()
-            else:
-                os._exit(EXIT_CODES[RunStatus.CANCELLED])
+_GRACE = 5.0
+"""Seconds a run may take to wind down after a signal (or after the tool holding the event loop
+was interrupted) before the process exits at once."""
+_STALL = 1.0
+"""Seconds past the run's deadline before a tool still holding the event loop is interrupted."""
+
+
+class _SignalGuard:
+    """SIGINT and SIGTERM while a tree runs, and a watchdog on its deadline.
+
+    Plain ``signal.signal`` handlers and ``setitimer``, not a trio task: they run in the main
+    thread between two bytecodes even while a tool holds the event loop (an ``async def`` that
+    computes without awaiting), where no trio task can run. The first signal cancels the tree
+    (from the event loop, when it next runs); if it interrupted a tool's own code, that tool is
+    also stopped in place with a :class:`SignalInterrupt`, as plain Python's Ctrl-C would, and
+    the runtime takes that as the cancellation. The second signal, or a run still not done
+    ``_GRACE`` seconds after the first, exits at once (130). The run's deadline gets the same:
+    ``_STALL`` seconds past it, a tool holding the loop is interrupted (the run ends
+    ``timeout``); if it is still not done ``_GRACE`` seconds later, the process exits with 4.
+
+    Exiting at once is ``os._exit`` after one line written straight to fd 2: a signal handler
+    may have interrupted a write to ``sys.stderr`` or a span export holding a lock, so nothing
+    buffered is flushed. Given up: the partial result, the summary and the spans not yet written
+    (the trace file keeps every line written so far; the run shows as interrupted).
+    """
+
+    def __init__(self, live: bool) -> None:
+        self._live = live
+        self._token = trio.lowlevel.current_trio_token()
+        self._handle: Any = None
+        self._first: int | None = None  # the first signal's number
+        self._signals = 0
+        self._alarms = 0
+        self._stopped_tool = False
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _SignalGuard:
+        if threading.current_thread() is not threading.main_thread():
+            return self  # signals reach the main thread only: nothing to guard here
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._previous[signum] = signal.signal(signum, self._on_signal)
+        self._previous[signal.SIGALRM] = signal.signal(signal.SIGALRM, self._on_alarm)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if not self._previous:
+            return
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+
+    def watch(self, handle: Any) -> None:
+        """Guard ``handle``'s run: arm the deadline watchdog (a signal before it started
+        cancels it now)."""
+        self._handle = handle
+        if self._signals:
+            handle.cancel()
+            return
+        remaining = handle.deadline - trio.current_time()
+        if remaining < math.inf and self._previous:
+            signal.setitimer(signal.ITIMER_REAL, max(remaining, 0.0) + _STALL)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            self._exit_now("interrupted again: exiting at once", RunStatus.CANCELLED)
+        self._first = signum
+        # at the event loop's next chance (the one call that is safe from a signal handler)
+        self._token.run_sync_soon(self._cancel, signum)
+        signal.setitimer(signal.ITIMER_REAL, _GRACE)  # the deadline's watchdog is moot now
+        if in_tool_code(frame):  # a tool is computing: stop it where it is
+            self._stop_tool()
+
+    def _on_alarm(self, signum: int, frame: FrameType | None) -> None:
+        self._alarms += 1
+        if self._handle is None or self._handle.done:  # only closing its clients (bounded)
+            return
+        if not self._stopped_tool and in_tool_code(frame):  # a tool holds the event loop
+            signal.setitimer(signal.ITIMER_REAL, _GRACE)
+            self._stop_tool()
+        if not self._signals and self._alarms == 1:  # past the deadline: maybe winding down
+            signal.setitimer(signal.ITIMER_REAL, _GRACE)
+            return
+        if self._signals:
+            what = "Ctrl-C" if self._first == signal.SIGINT else "SIGTERM"
+            self._exit_now(
+                f"the run did not stop within {_GRACE:g}s of the {what} (a tool is holding "
+                "the event loop, or will not be cancelled): exiting at once",
+                RunStatus.CANCELLED,
+            )
+        self._exit_now(
+            f"the run did not stop within {_STALL + _GRACE:g}s of its deadline (a tool is "
+            "holding the event loop, or will not be cancelled): exiting at once",
+            RunStatus.TIMEOUT,
+        )
+
+    def _stop_tool(self) -> None:
+        """Raise into the tool's frame (safe there: the tool could raise it itself); cancel
+        first, so the runtime takes it as this cancellation, not as a Ctrl-C of its own."""
+        self._stopped_tool = True
+        if self._signals and self._handle is not None:
+            self._handle.cancel()
+        raise SignalInterrupt
+
+    def _cancel(self, signum: int) -> None:
+        """In the trio thread, at a safe point: say so, and cancel the tree."""
+        # sys.stderr at this moment, not the stream saved before: while the live view is up
+        # it is rich's proxy, which prints above the tree instead of under it (where the next
+        # redraw would erase the line)
+        again = "Ctrl-C again" if signum == signal.SIGINT else "send it again"
+        sys.stderr.write(f"\ncancelling the run ({again} to exit at once)...\n")
+        sys.stderr.flush()
+        if self._handle is not None:
+            self._handle.cancel()
+
+    def _exit_now(self, message: str, status: RunStatus) -> NoReturn:
+        show_cursor = "\x1b[?25h" if self._live else ""  # the live view hides it until it ends
+        note = f"{show_cursor}\n{message}; the result and spans not yet written are lost\n"
+        with contextlib.suppress(OSError):
+            os.write(2, note.encode(errors="replace"))
+        os._exit(EXIT_CODES[status])
 
 
 def _summary(result: RunResult, wall: float, trace: str) -> str:
@@ -254,7 +363,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         if result is None:  # no answer to keep safe first
             setup.shutdown()
     wall = time.perf_counter() - started
-    trace = str(setup.trace_file) if setup.trace_file else (setup.endpoint or "not exported")
+    # an endpoint's user and password (https://user:token@host) are not for a log
+    where = without_userinfo(setup.endpoint) if setup.endpoint else "not exported"
+    trace = str(setup.trace_file) if setup.trace_file else where
     # The answer goes out before the spans are flushed: a slow or dead collector can hold the
     # flush for seconds, and a Ctrl-C then must not cost the answer (only unsent spans).
     code = EXIT_CODES[result.status]
@@ -265,16 +376,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         err.write("trace export interrupted: spans not yet sent are lost\n")
         code = EXIT_CODES[RunStatus.CANCELLED]
     if result.status is not RunStatus.COMPLETED and not args.json:
-        err.write(f"run ended with {result.status.value}: {result.error}\n")
+        err.write(terminal_safe(f"run ended with {result.status.value}: {result.error}") + "\n")
     if not (args.quiet or args.json):
-        err.write(_summary(result, wall, trace) + "\n")
+        err.write(terminal_safe(_summary(result, wall, trace)) + "\n")
     return code
 
 
 def _write_answer(
     result: RunResult, args: argparse.Namespace, wall: float, trace: str, offline: bool
 ) -> None:
-    """The run's answer on stdout: its text, or (``--json``) the whole result."""
+    """The run's answer on stdout: its text, or (``--json``) the whole result.
+
+    Secrets are redacted from both (the answer is written as the model wrote it otherwise: no
+    character of it is escaped); JSON escapes every control character itself.
+    """
+    secrets = secret_values()
     if args.json:
         payload = {
             "run_id": result.run_id,
@@ -289,9 +405,20 @@ def _write_answer(
             "offline": offline,
             "tree": result.to_dict(),
         }
-        _write_stdout(json.dumps(payload) + "\n")
+        _write_stdout(json.dumps(_redacted(payload, secrets)) + "\n")
     elif result.output:
-        _write_stdout(result.output.rstrip() + "\n")
+        _write_stdout(redact(result.output, secrets).rstrip() + "\n")
+
+
+def _redacted(value: Any, secrets: tuple[str, ...]) -> Any:
+    """``value`` (plain JSON data) with every string in it, keys included, redacted."""
+    if isinstance(value, str):
+        return redact(value, secrets)
+    if isinstance(value, dict):
+        return {redact(k, secrets): _redacted(v, secrets) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_redacted(v, secrets) for v in value]
+    return value
 
 
 def _write_stdout(text: str) -> None:
@@ -329,8 +456,8 @@ def _dry_run(
             k: None if isinstance(v, float) and not math.isfinite(v) else v
             for k, v in report.items()
         }
-        sys.stdout.write(json.dumps(finite, allow_nan=False) + "\n")
+        sys.stdout.write(json.dumps(_redacted(finite, secret_values()), allow_nan=False) + "\n")
     else:
         for key, value in report.items():
-            sys.stdout.write(f"{key}: {value}\n")
+            sys.stdout.write(terminal_safe(f"{key}: {value}") + "\n")
     return 0

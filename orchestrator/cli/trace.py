@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..core.errors import OrchestratorError
+from ..core.redact import secret_values
+from ..core.terminal import terminal_safe
 from ..tracing.endpoints import resolve_otlp_endpoint
-from ..tracing.export import TraceExportError, export_trace
+from ..tracing.export import TraceExportError, send_trace
 from ..tracing.tracefiles import (
     TraceFileError,
     TraceNotFoundError,
@@ -24,7 +26,7 @@ from ..tracing.tracefiles import (
     resolve_run,
 )
 from ..tracing.view import _STATUS_STYLES, _fmt_duration, render_trace
-from .main import _stdout_to_devnull
+from .main import _stdout_to_devnull, without_userinfo
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -33,10 +35,12 @@ __all__ = ["cmd_trace", "escape", "export_command", "list_command", "show"]
 
 
 def escape(text: str) -> str:
-    """``text`` shown as it is by rich (a path or a message holding "[...]" is not markup)."""
+    """``text`` shown as it is by rich (a path or a message holding "[...]" is not markup), and
+    fit for a terminal (:func:`~orchestrator.core.terminal.terminal_safe`: secrets redacted,
+    control characters shown as escapes)."""
     from rich.markup import escape as rich_escape
 
-    return rich_escape(text)
+    return rich_escape(terminal_safe(text))
 
 
 def show(
@@ -51,6 +55,8 @@ def show(
         (errors or console).print(f"[red]error:[/red] {escape(str(exc))}")
         return 1
     console.print(f"[dim]{escape(str(path))}[/dim]")
+    if spans.damage_note:
+        console.print(f"[yellow]{escape(spans.damage_note)}[/yellow]")
     render_trace(spans, console)
     return 0
 
@@ -68,6 +74,11 @@ def list_command(runs_dir: Path, console: Console, *, limit: int | None = None) 
     if not runs:
         console.print(f"no saved traces in {escape(str(runs_dir))}")
         return 0
+    secrets = secret_values()
+
+    def safe(text: str) -> str:  # every field comes from a file: anyone may have written it
+        return terminal_safe(text, secrets=secrets)
+
     shown = runs[:limit] if limit else runs
     this_year = datetime.now().year
     same_year = all(r.start is None or r.start.astimezone().year == this_year for r in shown)
@@ -80,14 +91,14 @@ def list_command(runs_dir: Path, console: Console, *, limit: int | None = None) 
             where = str(r.path)
         rows.append(
             [
-                r.run_id,
-                r.root_agent or "",
+                safe(r.run_id),
+                safe(r.root_agent or ""),
                 r.start.astimezone().strftime(time_format) if r.start else "",
                 _fmt_duration(int(r.duration_s * 1e9)),
                 str(r.span_count),
                 # The outcome says more than the span status; its colour still shows the status.
-                r.outcome or r.status,
-                where,
+                safe(r.outcome or r.status),
+                safe(where),
             ]
         )
     headers = ["run", "agent", "started", "duration", "spans", "status", "file"]
@@ -112,8 +123,13 @@ def list_command(runs_dir: Path, console: Console, *, limit: int | None = None) 
         )
     for r, row in zip(shown, rows, strict=True):
         style = _STATUS_STYLES.get(r.status, "")
-        table.add_row(*row[:5], Text(row[5], style=style), *row[6:])
+        # Text, not str: rich would read "[link=...]" in a name from the file as markup
+        cells = [Text(cell, style=style if i == 5 else "") for i, cell in enumerate(row)]
+        table.add_row(*cells)
     console.print(table)
+    for r in shown:  # a damaged line hides only itself: say which
+        if r.damage_note:
+            console.print(f"[yellow]{escape(r.run_id)}: {escape(r.damage_note)}[/yellow]")
     return 0
 
 
@@ -131,15 +147,17 @@ def export_command(
     Errors go to ``errors`` (the CLI's stderr), else to ``console``."""
     try:
         path = resolve_run(run, runs_dir)
-        sent = export_trace(path, endpoint, protocol, timeout=timeout)
+        sent = send_trace(path, endpoint, protocol, timeout=timeout)
     except (TraceNotFoundError, TraceFileError, TraceExportError) as exc:
-        (errors or console).print(f"[red]error:[/red] {escape(str(exc))}")
+        (errors or console).print(f"[red]error:[/red] {escape(without_userinfo(str(exc)))}")
         return 1
     except OrchestratorError as exc:  # e.g. an unsupported protocol
-        (errors or console).print(f"[red]error:[/red] {escape(str(exc))}")
+        (errors or console).print(f"[red]error:[/red] {escape(without_userinfo(str(exc)))}")
         return 2
-    target = resolve_otlp_endpoint(endpoint, protocol)
-    console.print(f"sent {sent} spans from {escape(str(path))} to {escape(str(target))}")
+    target = without_userinfo(str(resolve_otlp_endpoint(endpoint, protocol)))
+    console.print(f"sent {sent.spans} spans from {escape(str(path))} to {escape(target)}")
+    if sent.damage_note:
+        console.print(f"[yellow]{escape(sent.damage_note)}[/yellow]")
     return 0
 
 

@@ -8,27 +8,101 @@ Every model call must be a checkpoint: a model that answers without waiting (a F
 cache) would otherwise let one agent run turn after turn while its siblings never start.
 :func:`checkpointed` guarantees that without paying for a second trip through the scheduler
 when the call waited anyway, as every network call does.
+
+Ctrl-C: trio turns a SIGINT into ``KeyboardInterrupt`` raised right where the code is, unless
+that code is protected from it (trio's own, and the runtime's: :class:`~.run.RunHandle`'s task
+and every tool call's bookkeeping), where it is delivered at the calling task's next checkpoint
+instead. A tool's own code is never protected (:func:`tool_boundary`): a Ctrl-C can stop a tool
+that computes without awaiting, as in plain Python. :func:`interrupted_by_signal` tells that
+``KeyboardInterrupt`` from one a tool raises itself, and :func:`in_tool_code` tells a signal
+handler whether it interrupted a tool (see the CLI's signal handling).
 """
 
 from __future__ import annotations
 
+import signal
 import types
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, TypeVar
 
 import trio
 
-__all__ = ["checkpointed", "is_cancellation"]
+__all__ = [
+    "SignalInterrupt",
+    "checkpointed",
+    "in_tool_code",
+    "interrupted_by_signal",
+    "is_cancellation",
+    "tool_boundary",
+]
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+_TOOL_BOUNDARIES: set[types.CodeType] = set()
+_TRIO_KI = "trio._core._ki"
+"""The module of trio's SIGINT handler: a ``KeyboardInterrupt`` raised in its frame is a Ctrl-C."""
 
 
 def is_cancellation(exc: BaseException) -> bool:
     """True for ``trio.Cancelled`` and for exception groups made only of cancellations."""
     if isinstance(exc, trio.Cancelled):
         return True
+    stack = [exc]  # iterative: a tool may raise a group of groups thousands deep
+    while stack:
+        e = stack.pop()
+        if isinstance(e, BaseExceptionGroup):
+            stack.extend(e.exceptions)
+        elif not isinstance(e, trio.Cancelled):
+            return False
+    return True
+
+
+class SignalInterrupt(KeyboardInterrupt):
+    """What a program's signal handler raises into a tool that holds the event loop (the
+    CLI's, on Ctrl-C, SIGTERM or a passed deadline), so the run can wind down: the runtime
+    takes it as the run's cancellation, never as the tool's own error."""
+
+
+def tool_boundary(fn: F) -> F:
+    """Mark ``fn`` as where the runtime calls a user's tool: the code it calls is not protected
+    from ``KeyboardInterrupt`` (the runtime's code around it is), and :func:`in_tool_code`
+    recognises frames under it. A mark on the code object: nothing runs per call."""
+    _TOOL_BOUNDARIES.add(fn.__code__)
+    return trio.lowlevel.disable_ki_protection(fn)
+
+
+def in_tool_code(frame: types.FrameType | None) -> bool:
+    """Whether ``frame`` (the one a signal handler interrupted) runs a tool's own code, where
+    raising an exception is as safe as the tool raising it: under a :func:`tool_boundary`, and
+    not in code trio protects (trio's internals the tool called into)."""
+    if frame is None or trio.lowlevel.currently_ki_protected():
+        return False
+    while frame is not None:
+        if frame.f_code in _TOOL_BOUNDARIES:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def interrupted_by_signal(exc: BaseException) -> bool:
+    """True if ``exc`` is, or a group holding, a ``KeyboardInterrupt`` that a signal handler
+    raised (trio's own on Ctrl-C, the program's SIGINT handler, or a :class:`SignalInterrupt`),
+    and not one that user code raised itself: the handler's frame is in its traceback."""
     if isinstance(exc, BaseExceptionGroup):
-        return all(is_cancellation(e) for e in exc.exceptions)
+        return any(interrupted_by_signal(e) for e in exc.exceptions)
+    if not isinstance(exc, KeyboardInterrupt):
+        return False
+    if isinstance(exc, SignalInterrupt):
+        return True
+    handler = signal.getsignal(signal.SIGINT)
+    handler_code = getattr(handler, "__code__", None)
+    tb = exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code is handler_code or frame.f_globals.get("__name__") == _TRIO_KI:
+            return True
+        tb = tb.tb_next
     return False
 
 

@@ -6,6 +6,12 @@ is asked) and :func:`execute` runs it: timeouts, retries of idempotent tools, re
 Everything that can go wrong in a call (bad arguments, an unknown tool, an exception, a hang)
 becomes an ``is_error`` tool result whose text says what was wrong and how to fix it, because
 the model can often recover and an exception would lose the whole run.
+
+That holds for every ``BaseException`` a tool or an approver raises itself too (SystemExit,
+KeyboardInterrupt, GeneratorExit, a stray ``trio.Cancelled``, any other subclass, a group of
+them): only two things stop a call instead, a cancellation from outside it (the run's cancel,
+a deadline, a fatal error) and a real Ctrl-C (:func:`.cancellation.interrupted_by_signal`),
+which cancels the whole run (:func:`_stop_for_signal`).
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import logging
 import math
 import random
 import typing
@@ -26,7 +33,12 @@ import trio
 from opentelemetry.trace import SpanKind
 
 from ..tracing import spans
-from .cancellation import is_cancellation
+from .cancellation import (
+    SignalInterrupt,
+    interrupted_by_signal,
+    is_cancellation,
+    tool_boundary,
+)
 from .errors import ToolError, exception_type
 from .events import ToolFinished, ToolStarted
 from .messages import ToolResultBlock, ToolUseBlock, canonical_json, well_formed
@@ -47,6 +59,7 @@ from .tools import (
 __all__ = ["execute"]
 
 _SHOWN_PROBLEMS = 10
+_logger = logging.getLogger(__name__)
 
 
 async def _execute(
@@ -72,6 +85,7 @@ async def _execute(
     return typing.cast("tuple[ToolResultBlock, ...]", tuple(results))  # every slot is filled
 
 
+@trio.lowlevel.enable_ki_protection  # a Ctrl-C waits for a checkpoint here; tools are not protected
 async def _call_one(
     node: AgentNode,
     run: RunState,
@@ -126,9 +140,11 @@ async def _call_one(
                 runtime = dataclasses.replace(runtime, max_result_chars=cap)
             try:
                 result = await execute(t, call, ctx, runtime)
-            except BaseException:
+            except BaseException as exc:
                 if run.events.enabled:  # a call cut off still ends, for a progress display
                     run.events.emit(ToolFinished(node.path, call.name, call.id, True))
+                if interrupted_by_signal(exc):
+                    await _stop_for_signal(run, exc)
                 raise
         results[index] = result
         if run.tracer:
@@ -161,16 +177,65 @@ async def _screen(
         ):
             return problem, "invalid_arguments"  # no approver asked about it
         pending = PendingCall(call.name, call.input, call.id, node.agent.name, node.path)
-        refusal = await node.policy.check(
-            pending,
-            frozenset(node.tools),
-            one_at_a_time=run.approvals,
-            on_abandoned_thread=run.abandoned,
-        )
+        try:
+            refusal = await node.policy.check(
+                pending,
+                frozenset(node.tools),
+                one_at_a_time=run.approvals,
+                on_abandoned_thread=run.abandoned,
+            )
+        except BaseException as exc:  # the policy turns an approver's Exception into a refusal
+            if interrupted_by_signal(exc):
+                await _stop_for_signal(run, exc)
+            await _unless_cut(exc)
+            # the approver's own KeyboardInterrupt, GeneratorExit, ...: fail closed, like the
+            # policy does for an Exception
+            _logger.warning(
+                "the approver raised %s on a call to %r by %s: it was not run",
+                exception_type(exc),
+                call.name,
+                node.path,
+            )
+            return (
+                f"the approver failed ({type(exc).__name__}) on the call to {call.name!r}; "
+                "it was not run"
+            ), "refused"
         return refusal, "refused"
     finally:
         if order is not None:
             order.done(index)
+
+
+async def _stop_for_signal(run: RunState, exc: BaseException) -> None:
+    """A Ctrl-C raised in a tool (or the CLI's :class:`.cancellation.SignalInterrupt`): the
+    run's cancellation, raised here as a ``trio.Cancelled`` so the tree winds down as for
+    ``cancel()``. Nothing else asked for it (no cancel, no passed deadline, no fatal error):
+    trio's own Ctrl-C handling, so ``open_run`` raises the ``KeyboardInterrupt`` to its caller
+    once the tree has ended, as it does when trio delivers the Ctrl-C to the calling task."""
+    if not run.cancel_requested and run.fatal_error is None and trio.current_time() < run.deadline:
+        if not _holds(exc, SignalInterrupt):  # the program's own handler meant only the cancel
+            run.interrupted = exc
+        run.cancel_requested = True
+        run.scope.cancel()
+    await trio.lowlevel.checkpoint()  # raises Cancelled: the run's scope is cancelled or past due
+
+
+def _holds(exc: BaseException, kind: type[BaseException]) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup(kind) is not None
+    return isinstance(exc, kind)
+
+
+async def _unless_cut(exc: BaseException) -> None:
+    """Raise if the call that ended with ``exc`` is being cut from outside (the run's cancel,
+    its deadline, a sibling's fatal error): as a cancellation, whatever the code raised on its
+    way out. Return if not: ``exc`` is the code's own, to report (a stray ``trio.Cancelled``
+    included: no scope of the runtime's asked for it)."""
+    if trio.current_effective_deadline() != -math.inf:
+        return
+    if is_cancellation(exc):
+        raise exc
+    await trio.lowlevel.checkpoint()  # a fresh Cancelled, chained to what the code raised
 
 
 def _only_tool_errors(exc: BaseException) -> bool:
@@ -305,6 +370,7 @@ class _Failed:
     final: bool = False
 
 
+@tool_boundary  # the tool's own code runs unprotected from Ctrl-C (see cancellation.py)
 async def _attempt(
     t: Tool, args: tuple[Any, ...], kwargs: dict[str, Any], rt: ToolRuntime
 ) -> _Ok | _Failed:
@@ -314,24 +380,32 @@ async def _attempt(
     try:
         if t.never_waits:  # no checkpoint in it for a timeout to fire at: skip the cancel scope
             return _Ok(await t.fn(*args, **kwargs))
-        with trio.move_on_after(timeout) if timeout < math.inf else contextlib.nullcontext():
-            if t.is_async:
+        if t.is_async:
+            if timeout == math.inf:
                 return _Ok(await t.fn(*args, **kwargs))
-            limiter = _SeenLimiter(rt.thread_limiter)
-            try:
-                return _Ok(
-                    await trio.to_thread.run_sync(
-                        functools.partial(t.fn, *args, **kwargs),
-                        abandon_on_cancel=True,
-                        limiter=typing.cast("trio.CapacityLimiter", limiter),
+            deadline = trio.current_time() + timeout
+            with trio.move_on_at(deadline):
+                value = await t.fn(*args, **kwargs)
+                if trio.current_time() >= deadline:  # past it, and no checkpoint saw it
+                    _held_past_timeout(t, timeout, deadline)
+                return _Ok(value)
+        else:
+            with trio.move_on_after(timeout) if timeout < math.inf else contextlib.nullcontext():
+                limiter = _SeenLimiter(rt.thread_limiter)
+                try:
+                    return _Ok(
+                        await trio.to_thread.run_sync(
+                            functools.partial(t.fn, *args, **kwargs),
+                            abandon_on_cancel=True,
+                            limiter=typing.cast("trio.CapacityLimiter", limiter),
+                        )
                     )
-                )
-            except BaseException as exc:
-                # by our timeout or by a cancellation from outside: a thread that got its slot
-                # cannot be stopped, so it is left to finish on its own and counted
-                if limiter.acquired and is_cancellation(exc):
-                    rt.on_abandoned_thread()
-                raise
+                except BaseException as exc:
+                    # by our timeout or by a cancellation from outside: a thread that got its
+                    # slot cannot be stopped, so it is left to finish on its own and counted
+                    if limiter.acquired and is_cancellation(exc):
+                        rt.on_abandoned_thread()
+                    raise
     except Exception as exc:
         if _only_tool_errors(exc):
             return _Failed(describe_exception(exc, with_type=False), "ToolError", final=True)
@@ -342,10 +416,11 @@ async def _attempt(
             "check the arguments, or try a different approach.",
             "SystemExit",
         )
-    except BaseExceptionGroup as group:  # the same from the tool's own nursery
-        if not all(isinstance(e, Exception | SystemExit) for e in _leaves(group)):
-            raise  # a cancellation or a KeyboardInterrupt among them
-        return _raised(t, group)
+    except BaseException as exc:  # KeyboardInterrupt, GeneratorExit, trio.Cancelled, a group...
+        if interrupted_by_signal(exc):  # a real Ctrl-C: the caller cancels the run
+            raise
+        await _unless_cut(exc)  # cut from outside: a cancellation, whatever the tool raised
+        return _raised(t, exc)  # the tool's own: an error result like any exception's
     if limiter is not None and not limiter.acquired:
         if not limiter.found_full:  # a timeout too short to reach the thread at all
             return _Failed(
@@ -364,6 +439,20 @@ async def _attempt(
         f"tool {t.name!r} timed out after {timeout:g}s and was abandoned; "
         "try a smaller request or a different approach",
         "timeout",
+    )
+
+
+def _held_past_timeout(t: Tool, timeout: float, deadline: float) -> None:
+    """An ``async def`` tool came back after its timeout without reaching a checkpoint where
+    the timeout could stop it: it held the event loop (its result is kept: it is done)."""
+    _logger.warning(
+        "tool %r returned %.1fs after its %gs tool_timeout, which could not stop it: it did not "
+        "await in that time (it held the event loop: the run's deadline, its other agents and "
+        "cancel() all waited for it). Write CPU-bound or blocking work as a sync tool: those "
+        "run in a worker thread, abandoned on timeout.",
+        t.name,
+        trio.current_time() - deadline,
+        timeout,
     )
 
 

@@ -5,6 +5,13 @@ base URL and key, closed explicitly when the run ends), the budgets, the event c
 cancel scope. ``open_run`` starts the root agent in a nursery and hands back a
 :class:`RunHandle`; leaving the ``async with`` block cancels a run that has not finished and
 waits for it to wind down, so no task outlives the block.
+
+Ctrl-C in a program that runs trees (not the CLI, which handles its signals itself): trio
+raises ``KeyboardInterrupt`` in the task that called ``run()`` at its next checkpoint, or right
+inside a tool that is computing (the runtime's own code is protected from it: see
+:mod:`.cancellation`). Either way the tree is cancelled and winds down (every agent ``cancelled``
+with a valid transcript) before the ``KeyboardInterrupt`` leaves ``run()`` / ``open_run``; the
+handle's result holds the cut tree.
 """
 
 from __future__ import annotations
@@ -77,6 +84,13 @@ class RunHandle:
         return self._state.abandoned_threads
 
     @property
+    def deadline(self) -> float:
+        """When the run's timeout ends it, on trio's clock (``trio.current_time()``); ``inf`` if
+        it has none. A watchdog outside trio may need it: a tool that never awaits holds the
+        event loop past it (see README, "Design notes")."""
+        return self._state.deadline
+
+    @property
     def done(self) -> bool:
         """True once the result is available."""
         return self._done.is_set()
@@ -109,6 +123,7 @@ class RunHandle:
         assert self._result is not None
         return self._result
 
+    @trio.lowlevel.enable_ki_protection  # the run's bookkeeping: a Ctrl-C waits for a checkpoint
     async def _drive(self) -> None:
         state = self._state
         # everything the run redacts (tool results, span text, reasons) uses one snapshot;
@@ -191,6 +206,10 @@ async def open_run(
             finally:  # keep the caller's own exception chain as it was
                 exc.__cause__, exc.__context__, exc.__suppress_context__ = chain
         raise
+    else:
+        if state.interrupted is not None:  # a Ctrl-C trio raised in a tool cancelled the run
+            interrupt, state.interrupted = state.interrupted, None
+            raise interrupt
     finally:
         # close every client even when the caller is being cancelled, but never hang on it
         with trio.CancelScope(shield=True) as close_scope:

@@ -77,6 +77,8 @@ class RunState:
     abandoned_threads: int = 0
     fatal_error: str | None = None
     cancel_requested: bool = False
+    interrupted: BaseException | None = None
+    """A Ctrl-C trio raised inside a tool, which cancelled the run: re-raised by ``open_run``."""
     deadline: float = math.inf
     context: ContextPolicy | None = None
     approvals: trio.Semaphore = field(default_factory=lambda: trio.Semaphore(1))

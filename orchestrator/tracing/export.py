@@ -2,7 +2,8 @@
 
 Each line of a trace file is decoded back into the ``ExportTraceServiceRequest`` it was made
 from (:func:`~.otlp_json.decode_otlp_json`) and sent as one request, so the run arrives as if it
-had been exported live. protobuf and grpc are imported only while sending.
+had been exported live; a damaged line is skipped and reported, the others are sent. protobuf
+and grpc are imported only while sending.
 """
 
 from __future__ import annotations
@@ -12,15 +13,21 @@ import os
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ..core.errors import OrchestratorError
 from .endpoints import resolve_otlp_endpoint, resolve_protocol
 from .otlp_json import decode_otlp_json
-from .tracefiles import _read_lines
+from .tracefiles import DamagedLine, _read_docs, _unreadable, damage_note
 
-__all__ = ["TraceExportError", "export_trace"]
+if TYPE_CHECKING:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+__all__ = ["SentTrace", "TraceExportError", "export_trace", "send_trace"]
 
 
 class TraceExportError(OrchestratorError):
@@ -72,6 +79,36 @@ def _send_http(url: str, body: bytes, headers: Mapping[str, str], timeout: float
     return int(answer.partial_success.rejected_spans)
 
 
+@dataclass(frozen=True, slots=True)
+class SentTrace:
+    """What :func:`send_trace` sent: ``spans``, and the ``damaged`` lines it skipped."""
+
+    spans: int
+    damaged: tuple[DamagedLine, ...] = ()
+
+    @property
+    def damage_note(self) -> str | None:
+        return damage_note(self.damaged)
+
+
+def _requests(path: Path) -> tuple[list[ExportTraceServiceRequest], list[DamagedLine]]:
+    """The file's lines as requests; a damaged line (not JSON, or not the OTLP shape) is
+    skipped and listed. Raises :class:`TraceFileError` when no line is OTLP/JSON traces."""
+    from google.protobuf import json_format  # type: ignore[import-untyped, unused-ignore]
+
+    docs, damaged = _read_docs(path)
+    requests = []
+    for number, doc in docs:
+        try:
+            requests.append(decode_otlp_json(doc))
+        except (json_format.ParseError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            damaged.append(DamagedLine(number, "malformed span data", str(exc)[:200]))
+    damaged.sort(key=lambda d: d.number)
+    if damaged and not requests:
+        raise _unreadable(path, damaged)
+    return requests, damaged
+
+
 def export_trace(
     path: Path,
     endpoint: str | None,
@@ -82,6 +119,22 @@ def export_trace(
 ) -> int:
     """Send a saved trace file to an OTLP endpoint; returns the number of spans sent.
 
+    :func:`send_trace`, for a caller that does not need the damaged lines it skipped.
+    """
+    return send_trace(path, endpoint, protocol, timeout=timeout, headers=headers).spans
+
+
+def send_trace(
+    path: Path,
+    endpoint: str | None,
+    protocol: str | None = "http/protobuf",
+    *,
+    timeout: float = 10.0,
+    headers: Mapping[str, str] | None = None,
+) -> SentTrace:
+    """Send a saved trace file to an OTLP endpoint; returns the spans sent and the damaged
+    lines skipped (a batch cut off by a full disk or a killed writer costs only itself).
+
     Each line of the file is decoded back into the ``ExportTraceServiceRequest`` it was made
     from and sent as one request, so trace and span ids, timestamps, resource and typed
     attributes arrive unchanged: the run shows up in Jaeger as if it had been exported live.
@@ -90,14 +143,15 @@ def export_trace(
     None to use the ``OTEL_EXPORTER_OTLP_*ENDPOINT`` variables. ``protocol`` is
     ``http/protobuf`` or ``grpc`` (None: the ``OTEL_EXPORTER_OTLP_*PROTOCOL`` variables).
     Headers default to ``OTEL_EXPORTER_OTLP_HEADERS``. Raises :class:`TraceExportError` on a
-    refusal, an unreachable endpoint, or spans the collector reports as rejected.
+    refusal, an unreachable endpoint, or spans the collector reports as rejected, and
+    :class:`~.tracefiles.TraceFileError` when no line of the file is OTLP/JSON traces.
     """
     proto = resolve_protocol(protocol)
     url = resolve_otlp_endpoint(endpoint, proto)
     if url is None:
         raise TraceExportError("no OTLP endpoint: pass one or set OTEL_EXPORTER_OTLP_ENDPOINT")
     send_headers = dict(_headers_from_env() if headers is None else headers)
-    requests = [decode_otlp_json(doc) for _, doc in _read_lines(path)]
+    requests, damaged = _requests(path)
     sent = rejected = 0
     if proto == "grpc":
         import grpc  # type: ignore[import-untyped, unused-ignore]
@@ -133,4 +187,4 @@ def export_trace(
             sent += sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
     if rejected:
         raise TraceExportError(f"{url}: the collector rejected {rejected} of {sent} spans")
-    return sent
+    return SentTrace(sent, tuple(damaged))

@@ -9,6 +9,7 @@ Imports the SDK, like :mod:`.setup`; the OTLP exporter modules load only when on
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -38,14 +39,24 @@ class OtlpJsonLinesExporter(SpanExporter):
     """Appends each exported batch to ``path`` as one OTLP/JSON line.
 
     The file is created (with its folder) on the first batch, so a run that makes no spans
-    leaves no empty trace behind. Each line is written and flushed whole, so a crash loses at
-    most the batches still queued, and a reader never sees half a line from a finished batch.
+    leaves no empty trace behind. Each batch is one ``write`` of one whole line, unbuffered, so
+    a crash loses at most the batches still queued, and a failed write costs only its batch:
+
+    - a write that fails part-way (a full disk, ``EFBIG`` past ``RLIMIT_FSIZE``, ``EIO``, an
+      exception from a signal handler) is taken back, the file truncated to where the batch
+      began (shrinking a file works on a full disk and past the size limit);
+    - when it cannot be (the truncate fails too, or another writer appended meanwhile), and
+      when the file ends mid-line for any other reason (a process killed while writing), the
+      next batch starts with a newline, so the cut batch stays a line of its own, which readers
+      skip (:func:`~.tracefiles.load_trace`), and every other line stays whole.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
-        self._file: Any = None
+        self._fd: int | None = None
+        self._readable = True  # opened for reading too: the file's last byte can be checked
+        self._cut = False  # our own last write left a cut line that could not be taken back
         self._closed = False
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
@@ -63,25 +74,76 @@ class OtlpJsonLinesExporter(SpanExporter):
             if self._closed:
                 return SpanExportResult.FAILURE
             try:
-                if self._file is None:
-                    self.path.parent.mkdir(parents=True, exist_ok=True)
-                    self._file = self.path.open("ab")
-                self._file.write(line)
-                self._file.flush()
+                self._append(line)
             except OSError as exc:
                 _logger.error("cannot write trace file %s: %s", self.path, exc)
                 return SpanExportResult.FAILURE
         return SpanExportResult.SUCCESS
 
+    def _open(self) -> int:
+        if self._fd is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            flags = os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+            try:
+                self._fd = os.open(self.path, flags | os.O_RDWR, 0o666)
+            except PermissionError:  # a write-only file: no reading back its last byte
+                self._fd = os.open(self.path, flags | os.O_WRONLY, 0o666)
+                self._readable = False
+                self._cut = True  # unknown: a blank line costs nothing, a glued one a batch
+        return self._fd
+
+    def _ends_mid_line(self, fd: int, size: int) -> bool:
+        if size == 0:
+            return False
+        if not self._readable:
+            return self._cut
+        try:
+            return os.pread(fd, 1, size - 1) != b"\n"
+        except OSError:
+            return True
+
+    def _append(self, line: bytes) -> None:
+        """Write ``line`` whole at the end of the file, or leave the file as it was."""
+        fd = self._open()
+        start = os.fstat(fd).st_size
+        if self._ends_mid_line(fd, start):
+            line = b"\n" + line  # end the cut line there: ours, and every later one, stay whole
+        written = 0
+        try:
+            while written < len(line):  # one write, unless the kernel takes only part of it
+                n = os.write(fd, line[written:] if written else line)
+                if n <= 0:
+                    raise OSError(errno.EIO, "the write made no progress")
+                written += n
+        except BaseException:
+            self._take_back(fd, start, written)
+            raise
+        self._cut = False
+
+    def _take_back(self, fd: int, start: int, written: int) -> None:
+        """After a failed write: truncate the part of the batch that made it to the file."""
+        if not written:
+            return
+        try:
+            if os.fstat(fd).st_size == start + written:  # nobody else appended meanwhile
+                os.ftruncate(fd, start)
+                return
+        except OSError as exc:
+            _logger.error("cannot take back a cut batch in %s: %s", self.path, exc)
+        self._cut = True  # the next batch starts on a new line instead
+
     def shutdown(self) -> None:
         with self._lock:
             self._closed = True
-            if self._file is not None:
-                self._file.close()
-                self._file = None
+            if self._fd is not None:
+                fd, self._fd = self._fd, None
+                try:
+                    os.close(fd)
+                except OSError as exc:
+                    _logger.error("cannot close trace file %s: %s", self.path, exc)
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        return True
+        return True  # every batch is written when it is exported: nothing is buffered
 
 
 # --------------------------------------------------------------------------------------------

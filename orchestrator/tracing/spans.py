@@ -7,16 +7,24 @@ backends that add them up do not count twice; roll-ups use ``orchestrator.*`` na
 states its outcome, cancellation included (:func:`record_outcome`). Only the OpenTelemetry API
 is needed, so core imports this module; attributes are computed only when a span is recording,
 so an unconfigured tracer costs next to nothing.
+
+No secret reaches a span, whoever chose the text: a span's name and every string attribute,
+event attribute and status message written through :func:`span` are redacted
+(:func:`~orchestrator.core.redact.redact`, with the run's snapshot), with content capture on or
+off. A tool name the model made up, a call id, an agent or model name, a stop reason, an error
+type: all pass through :class:`_RedactedSpan`, the span :func:`span` hands out.
 """
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
+from opentelemetry.trace import Span, SpanContext, SpanKind, Status, StatusCode, Tracer
+from opentelemetry.util import types
 
 from ..core.cancellation import is_cancellation
 from ..core.errors import exception_type
@@ -82,6 +90,101 @@ class _NoSpan:
 
 NO_SPAN = _NoSpan()
 
+_CONTENT_KEYS: Final = frozenset(
+    {
+        "gen_ai.system_instructions",
+        "gen_ai.input.messages",
+        "gen_ai.output.messages",
+        "gen_ai.tool.call.arguments",
+        "gen_ai.tool.call.result",
+    }
+)
+"""Attributes this module sets only to :func:`~.content.content_for_span`'s text, which is
+redacted already (up to 16 KB each: not scanned twice)."""
+
+
+_TEXTS: Final = (str, list, tuple)
+
+
+def _redacted_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, list | tuple):  # (a str is a Sequence too: checked first)
+        return [redact(v) if isinstance(v, str) else v for v in value]
+    return value
+
+
+def _redacted(attributes: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if attributes is None:
+        return None
+    out = dict(attributes)
+    for key, value in out.items():  # numbers (most usage figures) cost only this test
+        if isinstance(value, _TEXTS) and key not in _CONTENT_KEYS:
+            out[key] = _redacted_value(value)
+    return out
+
+
+class _RedactedSpan(Span):
+    """A recording span whose every written text is redacted first (see the module's doc).
+
+    What :func:`span` hands to the runtime; the span itself stays the current one in the
+    context (a child's parent), and the runtime writes through this one.
+    """
+
+    __slots__ = ("_span",)
+
+    def __init__(self, span: Span) -> None:
+        self._span = span
+
+    def end(self, end_time: int | None = None) -> None:
+        self._span.end(end_time)
+
+    def get_span_context(self) -> SpanContext:
+        return self._span.get_span_context()
+
+    def set_attributes(self, attributes: Mapping[str, types.AttributeValue]) -> None:
+        self._span.set_attributes(_redacted(attributes) or {})
+
+    def set_attribute(self, key: str, value: types.AttributeValue) -> None:
+        self._span.set_attribute(key, value if key in _CONTENT_KEYS else _redacted_value(value))
+
+    def add_event(
+        self, name: str, attributes: types.Attributes = None, timestamp: int | None = None
+    ) -> None:
+        self._span.add_event(redact(name), _redacted(attributes), timestamp)
+
+    def add_link(self, context: SpanContext, attributes: types.Attributes = None) -> None:
+        self._span.add_link(context, _redacted(attributes))
+
+    def update_name(self, name: str) -> None:
+        self._span.update_name(redact(well_formed(name)))
+
+    def is_recording(self) -> bool:
+        return self._span.is_recording()
+
+    def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
+        if isinstance(status, Status) and status.description:
+            status = Status(status.status_code, redact(status.description))
+        self._span.set_status(status, redact(description) if description else description)
+
+    def record_exception(
+        self,
+        exception: BaseException,
+        attributes: types.Attributes = None,
+        timestamp: int | None = None,
+        escaped: bool = False,
+    ) -> None:
+        """The exception event the SDK would record, with its message and traceback redacted
+        (the SDK's own would write ``str(exception)`` as it is)."""
+        recorded: dict[str, Any] = {
+            "exception.type": exception_type(exception),
+            "exception.message": str(exception),
+            "exception.stacktrace": "".join(traceback.format_exception(exception)),
+            "exception.escaped": str(escaped),
+        }
+        recorded.update(attributes or {})
+        self.add_event("exception", recorded, timestamp)
+
 
 class _LiveSpan:
     """A current span, ended on every exit, with failures and cancellation recorded our way."""
@@ -117,14 +220,19 @@ class _LiveSpan:
         s = self._tracer.start_span(
             self._name, kind=self._kind, record_exception=False, set_status_on_exception=False
         )
-        if self._attributes is not None and s.is_recording():
-            try:
-                s.set_attributes(self._attributes())
-            except Exception as exc:  # describing the span must never break the run
-                s.set_attribute("orchestrator.attribute_error", type(exc).__name__)
         self._span = s
         self._token = otel_context.attach(trace.set_span_in_context(s))
-        return s
+        if not s.is_recording():  # sampled out: nothing is written, nothing to redact
+            return s
+        written = _RedactedSpan(s)
+        if self._attributes is not None:
+            try:
+                attributes = self._attributes()
+            except Exception as exc:  # describing the span must never break the run
+                s.set_attribute("orchestrator.attribute_error", type(exc).__name__)
+            else:
+                written.set_attributes(attributes)
+        return written
 
     def __exit__(
         self, typ: type[BaseException] | None, exc: BaseException | None, tb: object
@@ -139,7 +247,7 @@ class _LiveSpan:
                         s.set_attribute("orchestrator.cancelled", True)
                         s.set_attribute("orchestrator.outcome", "cancelled")
                 else:
-                    s.set_attribute("error.type", exception_type(exc))
+                    s.set_attribute("error.type", redact(exception_type(exc)))
                     s.set_status(Status(StatusCode.ERROR, redact(str(exc))[:200]))
         finally:
             otel_context.detach(self._token)
@@ -170,9 +278,14 @@ def span(
     if tracer is None:
         return NO_SPAN
     # a name the model made up may hold a lone surrogate, which fails the encoding of the
-    # span's whole export batch (other agents' spans with it)
+    # span's whole export batch (other agents' spans with it), or a secret
     return _LiveSpan(
-        tracer, f"{operation} {well_formed(target)}", kind, attributes, records_outcome, cut
+        tracer,
+        redact(f"{operation} {well_formed(target)}"),
+        kind,
+        attributes,
+        records_outcome,
+        cut,
     )
 
 
@@ -187,7 +300,7 @@ def record_retry(attempt: int, error_type: str, delay: float) -> None:
             {
                 "orchestrator.retry.attempt": attempt,
                 "orchestrator.retry.delay_s": round(delay, 3),
-                "error.type": error_type,
+                "error.type": redact(error_type),
             },
         )
 

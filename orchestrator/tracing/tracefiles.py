@@ -6,6 +6,11 @@ run's spans to a runs folder as OTLP/JSON lines (:mod:`.otlp_json`). Reading par
 directly, with no protobuf or SDK, so a run can be listed and drawn (:mod:`.view`) on a machine
 that has no tracing backend; sending one to a collector later goes through protobuf instead
 (:mod:`.export`), so ids and typed attributes arrive exactly as they were recorded.
+
+A damaged line (a batch cut off by a full disk or a killed writer, a stray byte) costs only
+itself: it is skipped and reported as a :class:`DamagedLine`, and every other line still loads.
+A run whose root span is missing (the process was killed or crashed before the root ended, or
+its last batch was lost) is :attr:`RunSummary.interrupted`, never a success.
 """
 
 from __future__ import annotations
@@ -22,12 +27,16 @@ from typing import Any, Final, TypeAlias
 from ..core.errors import OrchestratorError
 
 __all__ = [
+    "INTERRUPTED_NOTE",
     "AttrValue",
+    "DamagedLine",
+    "LoadedTrace",
     "RunSummary",
     "SpanEvent",
     "SpanRecord",
     "TraceFileError",
     "TraceNotFoundError",
+    "damage_note",
     "list_runs",
     "load_trace",
     "resolve_run",
@@ -40,6 +49,23 @@ AttrValue: TypeAlias = (
 _STATUS_NAMES: Final = {0: "UNSET", 1: "OK", 2: "ERROR"}
 _CONVERSATION_ID: Final = "gen_ai.conversation.id"
 _OUTCOME: Final = "orchestrator.outcome"
+_DEPTH: Final = "orchestrator.agent.depth"
+_AGENT_PATH: Final = "orchestrator.agent.path"
+_OUR_SCOPE: Final = "orchestrator"  # spans.TRACER_NAME (not imported: it pulls the API in)
+# SpanFlags: bit 8 says whether bit 9 (the parent is remote) is known
+_FLAGS_HAS_IS_REMOTE: Final = 0x100
+_FLAGS_IS_REMOTE: Final = 0x200
+# Every line our exporter (and the Collector's file exporter) writes starts so.
+_LINE_START: Final = b'{"resourceSpans"'
+_SALVAGE_TRIES: Final = 16
+_SNIFF_LINES: Final = 8
+
+INTERRUPTED: Final = "interrupted"
+INTERRUPTED_NOTE: Final = (
+    "interrupted: the run's root span is missing (the process was killed or crashed before "
+    "the run ended, or its last spans were never written); below is what was written"
+)
+"""What ``trace show`` says above a trace whose root span is missing."""
 
 
 class TraceFileError(OrchestratorError, ValueError):
@@ -65,7 +91,8 @@ class SpanRecord:
 
     Ids are lowercase hex; ``parent_span_id`` is None for a span without a parent.
     ``status`` is ``"UNSET"``, ``"OK"`` or ``"ERROR"``. ``resource`` is shared by the spans of
-    one resource block (not copied per span).
+    one resource block (not copied per span). ``parent_remote`` is what the span's flags say of
+    its parent: in another process (True), in this one (False), or not recorded (None).
     """
 
     trace_id: str
@@ -81,10 +108,57 @@ class SpanRecord:
     events: tuple[SpanEvent, ...]
     resource: dict[str, AttrValue]
     scope: str
+    parent_remote: bool | None = None
 
     @property
     def duration_ns(self) -> int:
         return max(0, self.end_ns - self.start_ns)
+
+
+@dataclass(frozen=True, slots=True)
+class DamagedLine:
+    """A line of a trace file that could not be read, and was skipped.
+
+    ``number`` counts from 1; ``reason`` is short (``not JSON``, ``not UTF-8``, ``malformed span
+    data``...), ``detail`` the parser's own words. ``at_end``: the last line, with no newline
+    after it (a batch still being written, or one whose writer stopped mid-line).
+    """
+
+    number: int
+    reason: str
+    detail: str = ""
+    at_end: bool = False
+
+
+def damage_note(damaged: Sequence[DamagedLine]) -> str | None:
+    """One line saying which lines were skipped (``2 damaged lines skipped (lines 2, 7)``), or
+    None when there were none."""
+    if not damaged:
+        return None
+    if len(damaged) == 1:
+        d = damaged[0]
+        where = "the last line, cut off" if d.at_end else d.reason
+        return f"1 damaged line skipped (line {d.number}: {where})"
+    numbers = ", ".join(str(d.number) for d in damaged[:6])
+    more = ", ..." if len(damaged) > 6 else ""
+    return f"{len(damaged)} damaged lines skipped (lines {numbers}{more})"
+
+
+class LoadedTrace(list[SpanRecord]):
+    """What :func:`load_trace` returns: the spans, in file order (a plain list for every other
+    use), and ``damaged``, the lines it skipped."""
+
+    __slots__ = ("damaged",)
+
+    def __init__(
+        self, spans: Iterable[SpanRecord] = (), damaged: Iterable[DamagedLine] = ()
+    ) -> None:
+        super().__init__(spans)
+        self.damaged: tuple[DamagedLine, ...] = tuple(damaged)
+
+    @property
+    def damage_note(self) -> str | None:
+        return damage_note(self.damaged)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +167,12 @@ class RunSummary:
 
     ``run_id`` is the root's ``gen_ai.conversation.id`` (the run id), falling back to the file
     name. ``status`` is the root span's status and ``outcome`` its ``orchestrator.outcome``.
+
+    ``interrupted``: some trace in the file has lost its root span (the process was killed or
+    crashed before the root ended, or the batch holding it was never written), so what the
+    spans that remain say is not how the run ended: ``status`` is then ``"ERROR"`` and
+    ``outcome`` ``"interrupted"``, and ``root_agent`` names the top agent the spans mention.
+    ``damaged`` lists the lines of the file that could not be read (skipped; the rest counts).
     """
 
     run_id: str
@@ -105,6 +185,13 @@ class RunSummary:
     outcome: str | None
     trace_id: str | None
     service_name: str | None
+    interrupted: bool = False
+    damaged: tuple[DamagedLine, ...] = ()
+
+    @property
+    def damage_note(self) -> str | None:
+        """``2 damaged lines skipped (lines 2, 7)``, or None."""
+        return damage_note(self.damaged)
 
 
 # --------------------------------------------------------------------------------------------
@@ -167,56 +254,134 @@ def _spans_from_doc(doc: Mapping[str, Any]) -> list[SpanRecord]:
                         ),
                         resource=resource,
                         scope=scope,
+                        parent_remote=_parent_remote(s.get("flags")),
                     )
                 )
     return out
 
 
-def _read_lines(path: Path) -> Iterable[tuple[int, dict[str, Any]]]:
+def _parent_remote(flags: object) -> bool | None:
+    if isinstance(flags, bool) or not isinstance(flags, int) or not flags & _FLAGS_HAS_IS_REMOTE:
+        return None
+    return bool(flags & _FLAGS_IS_REMOTE)
+
+
+def _parse_line(raw: bytes) -> tuple[dict[str, Any] | None, str, str]:
+    """A line's OTLP/JSON document, else None with the reason and the parser's words."""
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        what = "not UTF-8" if isinstance(exc, UnicodeDecodeError) else "not JSON"
+        return None, what, str(exc)
+    if not isinstance(doc, dict) or "resourceSpans" not in doc:
+        return None, "not an OTLP/JSON traces line", ""
+    return doc, "", ""
+
+
+def _salvage(raw: bytes) -> dict[str, Any] | None:
+    """The whole batch in a damaged line, if one follows a batch cut off mid-write on it.
+
+    A writer that appended after a failed write without starting a new line (as this
+    package's did before) leaves ``<cut batch><whole batch>``; the whole one starts where a
+    line starts (a string value holds that text only with its quotes escaped), so try there.
+    """
+    at = raw.find(_LINE_START, 1)
+    for _ in range(_SALVAGE_TRIES):
+        if at < 0:
+            return None
+        doc, _reason, _detail = _parse_line(raw[at:])
+        if doc is not None:
+            return doc
+        at = raw.find(_LINE_START, at + 1)
+    return None
+
+
+def _read_docs(path: Path) -> tuple[list[tuple[int, dict[str, Any]]], list[DamagedLine]]:
+    """The file's OTLP/JSON documents with their line numbers, and the lines that are damaged.
+
+    A damaged line costs only itself: it is skipped and listed, and reading goes on. Raises
+    :class:`TraceFileError` only when the file cannot be read at all.
+    """
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise TraceFileError(f"{path}: cannot read: {exc}") from exc
     # lines end at "\n" only: a captured text may hold U+2028 and the like, written raw
     lines = data.split(b"\n")
+    docs: list[tuple[int, dict[str, Any]]] = []
+    damaged: list[DamagedLine] = []
     for number, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
-        try:
-            doc = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            if number == len(lines) and number > 1:
-                return  # the last line was cut off while it was written: keep what came before
-            what = "not UTF-8" if isinstance(exc, UnicodeDecodeError) else "not JSON"
-            raise TraceFileError(f"{path}:{number}: {what}: {exc}") from exc
-        if not isinstance(doc, dict) or "resourceSpans" not in doc:
-            raise TraceFileError(f"{path}:{number}: not an OTLP/JSON traces line")
-        yield number, doc
+        doc, reason, detail = _parse_line(raw)
+        if doc is None:
+            at_end = number == len(lines)  # no newline after it: cut off while written
+            salvaged = _salvage(raw)
+            if salvaged is not None:
+                reason = "a batch cut off mid-write"
+                detail = "the whole batch appended after it on the same line was read"
+            damaged.append(DamagedLine(number, reason, detail, at_end and salvaged is None))
+            if salvaged is None:
+                continue
+            doc = salvaged
+        docs.append((number, doc))
+    return docs, damaged
 
 
-def load_trace(path: Path) -> list[SpanRecord]:
+def _unreadable(path: Path, damaged: Sequence[DamagedLine]) -> TraceFileError:
+    first = damaged[0]
+    detail = f": {first.detail}" if first.detail else ""
+    return TraceFileError(f"{path}:{first.number}: {first.reason}{detail}")
+
+
+def load_trace(path: Path) -> LoadedTrace:
     """Every span in an OTLP/JSON lines file, in file order.
 
-    Raises :class:`TraceFileError` naming the line for anything that is not OTLP/JSON.
+    Damaged lines are skipped and listed in the result's ``damaged`` (with
+    :attr:`~LoadedTrace.damage_note` to show): a batch cut off by a full disk, a killed process
+    or a stray write costs that batch, not the file. A line that holds a cut-off batch followed
+    by a whole one still yields the whole one. Raises :class:`TraceFileError` naming the line
+    when no line at all is OTLP/JSON traces (not a trace file), or the file cannot be read.
     """
+    docs, damaged = _read_docs(path)
     spans: list[SpanRecord] = []
-    for number, doc in _read_lines(path):
+    readable = 0
+    for number, doc in docs:
         try:
             spans.extend(_spans_from_doc(doc))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise TraceFileError(f"{path}:{number}: malformed span data: {exc!r}") from exc
-    return spans
+            damaged.append(DamagedLine(number, "malformed span data", repr(exc)))
+            continue
+        readable += 1
+    if damaged and not readable:  # nothing of it is a trace: say what the first line is
+        raise _unreadable(path, sorted(damaged, key=lambda d: d.number))
+    return LoadedTrace(spans, sorted(damaged, key=lambda d: d.number))
 
 
 def _is_trace_file(path: Path) -> bool:
-    """Cheap sniff: the first non-empty line is a JSON object with ``resourceSpans``."""
+    """Cheap sniff: the first readable line is a JSON object with ``resourceSpans``, or a line
+    starts as trace lines do (a first batch cut off mid-write still marks a trace file).
+
+    Up to a few unreadable lines are passed over, so a damaged first line does not hide the
+    intact ones after it.
+    """
+    unreadable = 0
     try:
-        with path.open(encoding="utf-8") as f:
-            for line in f:
-                if line.strip():
-                    doc = json.loads(line)
-                    return isinstance(doc, dict) and "resourceSpans" in doc
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        with path.open("rb") as f:
+            for raw in f:
+                if not raw.strip():
+                    continue
+                if raw.lstrip().startswith(_LINE_START):
+                    return True
+                try:
+                    doc = json.loads(raw.decode("utf-8"))
+                except (UnicodeDecodeError, json.JSONDecodeError):
+                    unreadable += 1
+                    if unreadable >= _SNIFF_LINES:
+                        return False
+                    continue
+                return isinstance(doc, dict) and "resourceSpans" in doc
+    except OSError:
         return False
     return False
 
@@ -245,9 +410,52 @@ def _agent_name(span: SpanRecord) -> str:
     return span.name.removeprefix("invoke_agent ").strip() or span.name
 
 
-def _summarize(path: Path, spans: Sequence[SpanRecord]) -> RunSummary:
-    roots = _roots(spans)
-    root = roots[0] if roots else None
+def _starts_a_run(span: SpanRecord) -> bool:
+    """Whether a span whose parent is not in the file is where its trace begins, rather than a
+    span whose parent was lost (never ended, or never written).
+
+    Every span the runtime makes descends from the run's root agent span (``invoke_agent`` at
+    depth 0), whose parent, if any, is the caller's span in the caller's trace. Another
+    instrumentation's span starts its trace if it has no parent, or one in another process
+    (or its flags do not say); a parent in this process that is not in the file was lost.
+    """
+    if span.scope == _OUR_SCOPE:
+        operation = span.attributes.get("gen_ai.operation.name")
+        if operation is None:
+            operation = span.name.split(" ", 1)[0]
+        if operation != "invoke_agent":
+            return False
+        depth = span.attributes.get(_DEPTH)
+        if isinstance(depth, int) and not isinstance(depth, bool):
+            return depth == 0
+        return span.parent_span_id is None
+    return span.parent_span_id is None or span.parent_remote is not False
+
+
+def _top_agent(spans: Sequence[SpanRecord]) -> str | None:
+    """The name of the shallowest agent the spans mention (the root's, if any span of its
+    own turns survived), for a run whose root span is missing."""
+    best: tuple[int, int] | None = None
+    name: str | None = None
+    for s in spans:
+        path = s.attributes.get(_AGENT_PATH)
+        agent = s.attributes.get("gen_ai.agent.name")
+        if isinstance(path, str) and isinstance(agent, str) and agent:
+            key = (path.count("/"), s.start_ns)
+            if best is None or key < best:
+                best, name = key, agent
+    return name
+
+
+def _summarize(
+    path: Path, spans: Sequence[SpanRecord], damaged: Sequence[DamagedLine] = ()
+) -> RunSummary:
+    tops = _roots(spans)
+    starts = [s for s in tops if _starts_a_run(s)]
+    root = starts[0] if starts else None
+    # a trace of the file without a root of its own: killed, crashed, or its root's batch lost
+    interrupted = {s.trace_id for s in spans} != {s.trace_id for s in starts}
+    first = root or (tops[0] if tops else None)
     run_id: str | None = None
     for candidate in ([root] if root else []) + list(spans):
         value = candidate.attributes.get(_CONVERSATION_ID)
@@ -257,27 +465,37 @@ def _summarize(path: Path, spans: Sequence[SpanRecord]) -> RunSummary:
     start_ns = min((s.start_ns for s in spans), default=0)
     end_ns = max((s.end_ns for s in spans), default=0)
     outcome = root.attributes.get(_OUTCOME) if root else None
-    service = root.resource.get("service.name") if root else None
+    service = first.resource.get("service.name") if first else None
+    if interrupted:
+        status, outcome = "ERROR", INTERRUPTED
+        agent = _agent_name(root) if root else _top_agent(spans)
+    else:
+        status = root.status if root else "UNSET"
+        agent = _agent_name(root) if root else None
     return RunSummary(
         run_id=run_id or path.name.removesuffix(".jsonl"),
         path=path,
-        root_agent=_agent_name(root) if root else None,
+        root_agent=agent,
         start=datetime.fromtimestamp(start_ns / 1e9, tz=UTC) if start_ns else None,
         duration_s=max(0, end_ns - start_ns) / 1e9,
         span_count=len(spans),
-        status=root.status if root else "UNSET",
+        status=status,
         outcome=str(outcome) if outcome is not None else None,
-        trace_id=root.trace_id if root else None,
+        trace_id=first.trace_id if first else None,
         service_name=str(service) if service is not None else None,
+        interrupted=interrupted,
+        damaged=tuple(damaged),
     )
 
 
 def list_runs(runs_dir: Path) -> list[RunSummary]:
     """The saved runs under ``runs_dir`` (searched recursively), newest first.
 
-    Every ``*.jsonl`` file whose first line is OTLP/JSON traces counts as one run; other JSONL
-    files (event logs, transcripts) are skipped, and so are trace files that fail to parse, so
-    one damaged file does not hide the others. A missing folder is simply empty.
+    Every ``*.jsonl`` file that holds OTLP/JSON traces counts as one run; other JSONL files
+    (event logs, transcripts) are skipped, and so are files with no readable span, so one
+    damaged file does not hide the others. A damaged line hides only itself: the run is
+    listed from the rest, with :attr:`RunSummary.damaged` saying what was skipped, and a run
+    whose root span is missing is listed as interrupted. A missing folder is simply empty.
     """
     if not runs_dir.is_dir():
         return []
@@ -289,7 +507,8 @@ def list_runs(runs_dir: Path) -> list[RunSummary]:
             spans = load_trace(path)
         except TraceFileError:
             continue
-        runs.append(_summarize(path, spans))
+        if spans:
+            runs.append(_summarize(path, spans, getattr(spans, "damaged", ())))
     epoch = datetime.fromtimestamp(0, tz=UTC)
     runs.sort(
         key=lambda r: (r.start or epoch, r.path.stat().st_mtime if r.path.exists() else 0.0),

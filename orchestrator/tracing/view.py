@@ -13,7 +13,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from .tracefiles import _OUTCOME, AttrValue, SpanRecord, _roots, _summarize
+from ..core.redact import secret_values
+from ..core.terminal import terminal_safe
+from .tracefiles import _OUTCOME, INTERRUPTED_NOTE, AttrValue, SpanRecord, _roots, _summarize
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -102,16 +104,16 @@ def _cost_cell(attrs: Mapping[str, AttrValue]) -> str:
     return f"${cost:.2f}" if cost >= 1 else f"${cost:.4f}"
 
 
-def _status_cell(span: SpanRecord) -> Text:
+def _status_cell(span: SpanRecord, secrets: tuple[str, ...]) -> Text:
     from rich.text import Text
 
-    text = Text(span.status, style=_STATUS_STYLES.get(span.status, ""))
+    text = Text(terminal_safe(span.status), style=_STATUS_STYLES.get(span.status, ""))
     outcome = span.attributes.get(_OUTCOME)
     error_type = span.attributes.get("error.type")
     if outcome is not None:
-        text.append(f" {outcome!s}")
+        text.append(f" {terminal_safe(outcome, secrets=secrets)}")
     if error_type is not None and error_type != outcome:
-        text.append(f" ({error_type!s})", style="red")
+        text.append(f" ({terminal_safe(error_type, secrets=secrets)})", style="red")
     return text
 
 
@@ -172,13 +174,6 @@ def _walk(
                 stack.append((kids[index], below, "└─ " if index == len(kids) - 1 else "├─ "))
 
 
-def _one_line(name: str) -> str:
-    """A span name fit for one row: control characters (a newline, a tab) shown as spaces."""
-    if name.isprintable():
-        return name
-    return "".join(ch if ch.isprintable() else " " for ch in name)
-
-
 def render_trace(
     spans: Sequence[SpanRecord], console: Console, *, bar_width: int | None = None
 ) -> None:
@@ -194,8 +189,17 @@ def render_trace(
     or exactly ``bar_width``), then span names give way with an ellipsis; only a console too
     narrow for the figures themselves (under ~60 columns) crops the rightmost columns. The
     tokens and cost columns appear only when some span has them.
+
+    Every text from the file (span names, ids, the service, outcomes and error types) is shown
+    through :func:`~orchestrator.core.terminal.terminal_safe`: secrets redacted, and control
+    characters (a newline in a name as much as an escape sequence) shown as escapes on its row.
     """
     from rich.text import Text
+
+    secrets = secret_values()
+
+    def safe(value: object) -> str:
+        return terminal_safe(value, secrets=secrets)
 
     if not spans:
         console.print("[dim](no spans)[/dim]")
@@ -220,11 +224,11 @@ def render_trace(
         summary = _summarize(Path("-"), group)
         head = Text.assemble(
             ("trace ", "dim"),
-            (root.trace_id, "bold"),
+            (safe(root.trace_id), "bold"),
             ("  run ", "dim"),
-            summary.run_id if summary.run_id != "-" else "?",
+            safe(summary.run_id) if summary.run_id != "-" else "?",
             ("  service ", "dim"),
-            summary.service_name or "?",
+            safe(summary.service_name or "?"),
             ("  ", ""),
             summary.start.astimezone().strftime("%Y-%m-%d %H:%M:%S") if summary.start else "",
             ("  ", ""),
@@ -232,17 +236,19 @@ def render_trace(
             (f"  {len(group)} spans", "dim"),
         )
         console.print(head)
+        if summary.interrupted:  # the root span is missing: what remains is not how it ended
+            console.print(Text(INTERRUPTED_NOTE, style="bold red"))
 
         rows = []
         for span, guide in _walk(group, roots, children):
             label = Text(guide, style="bright_black")
-            label.append(_one_line(span.name), style=_name_style(span))
+            label.append(safe(span.name), style=_name_style(span))
             figures = (
                 _fmt_duration(span.duration_ns),
                 _tokens_cell(span.attributes),
                 _cost_cell(span.attributes),
             )
-            rows.append((span, label, figures, _status_cell(span)))
+            rows.append((span, label, figures, _status_cell(span, secrets)))
         figure_widths = [
             max(len(header), *(len(row[2][k]) for row in rows))
             for k, header in enumerate(("duration", "tokens", "cost"))

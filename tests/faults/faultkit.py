@@ -866,6 +866,11 @@ def assert_no_canary(
 # the document
 
 
+GUARANTEES = Path(__file__).with_name("guarantees.md")
+"""The guarantees checked outside the matrix (signals, terminals, trace files, ...), each naming
+the test file that checks it; appended to the page as written."""
+
+
 def write_matrix(path: Path) -> None:
     """Write docs/faults.md from :data:`MATRIX`."""
     lines = [
@@ -920,6 +925,6 @@ def write_matrix(path: Path) -> None:
     lines += ["", "## The faults", ""]
     for fault in faults:
         lines.append(f"- **{fault}**: {FAULTS.get(fault, (0, ''))[1]}")
-    lines.append("")
+    lines += ["", GUARANTEES.read_text().strip(), ""]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines))
