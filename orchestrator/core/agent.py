@@ -8,6 +8,8 @@ name before the first model call, so a typo fails fast instead of deep inside a 
 
 from __future__ import annotations
 
+import difflib
+import fnmatch
 import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypedDict, Unpack
@@ -20,6 +22,10 @@ from .policy import Policy
 from .tools import Tool, tool
 
 __all__ = ["Agent", "AgentTree"]
+
+SPAWN_TOOL = "spawn_subagent"
+"""The tool an agent with subagents holds (built by the spawn module; named here for the
+policy check, which must know every tool an agent can hold)."""
 
 
 class AgentChanges(TypedDict, total=False):
@@ -195,10 +201,13 @@ class AgentTree:
     """A root agent with every subagent name resolved to a definition.
 
     Names are unique per tree: two different definitions with one name are an error, because
-    spawn requests, trace spans and result paths all identify agents by name.
+    spawn requests, trace spans and result paths all identify agents by name. Every policy rule
+    must name a tool its policy can apply to (see :meth:`_check_policies`).
     """
 
-    def __init__(self, root: Agent, *, run_limits: Limits | None = None) -> None:
+    def __init__(
+        self, root: Agent, *, run_limits: Limits | None = None, run_policy: Policy | None = None
+    ) -> None:
         if not isinstance(root, Agent):
             raise ConfigurationError(f"expected an Agent, got {type(root).__name__}")
         self.root = root
@@ -230,6 +239,7 @@ class AgentTree:
                     resolved.append(s)
             self._subagents[agent.name] = tuple(resolved)
         self._check_limits(run_limits)
+        self._check_policies(run_policy)
 
     def subagents_of(self, agent: Agent) -> tuple[Agent, ...]:
         """The resolved subagents of ``agent``."""
@@ -265,3 +275,88 @@ class AgentTree:
                     f"budget ({cap}) it runs under; no model call could ever fit"
                 )
             pending.extend((child, cap) for child in self._subagents[agent.name])
+
+    def _check_policies(self, run_policy: Policy | None) -> None:
+        """Refuse a policy rule that names no tool it could ever apply to.
+
+        A rule is matched by the exact tool name (there are no patterns), so a typo
+        (``"delete-all"`` for ``delete_all``) would leave the real tool allowed. An agent's
+        policy applies to the agent and, combined into theirs, to every agent it can run
+        under it: its rules must name a tool one of them can hold. The run's policy applies
+        to the whole tree. ``spawn_subagent`` is a tool of every agent that has subagents.
+        """
+        held = self._tools_held()
+        for agent in self.by_name.values():
+            if agent.policy is not None and agent.policy.rules:
+                under = set().union(*(held[a] for a in self._reachable(agent.name)))
+                _check_rules(
+                    agent.policy,
+                    under,
+                    f"the policy of agent {agent.name!r}",
+                    "it and its subagents",
+                )
+        if run_policy is not None and run_policy.rules:
+            everywhere = set().union(*held.values())
+            _check_rules(run_policy, everywhere, "the run's policy", "the tree's agents")
+
+    def _tools_held(self) -> dict[str, set[str]]:
+        """The names of the tools each agent can hold, over every parent it can run under: its
+        own list, or (``tools=None``) what its parent holds, the spawn tool aside; plus the
+        spawn tool if it has subagents. (Spawns may only narrow these.)"""
+        held: dict[str, set[str]] = {name: set() for name in self.by_name}
+        pending: list[tuple[Agent, frozenset[str]]] = [(self.root, frozenset())]
+        seen: set[tuple[str, frozenset[str]]] = set()
+        while pending:  # states are (agent, what it inherits): finitely many, so it ends
+            agent, inherited = pending.pop()
+            if (agent.name, inherited) in seen:
+                continue
+            seen.add((agent.name, inherited))
+            names = set(inherited) if agent.tools is None else {t.name for t in agent.tools}
+            children = self._subagents[agent.name]
+            if children:
+                names.add(SPAWN_TOOL)
+            held[agent.name] |= names
+            passed_on = frozenset(names - {SPAWN_TOOL})
+            pending.extend((child, passed_on) for child in children)
+        return held
+
+    def _reachable(self, name: str) -> set[str]:
+        """``name`` and every agent it can run, at any depth."""
+        found = {name}
+        pending = [name]
+        while pending:
+            for child in self._subagents[pending.pop()]:
+                if child.name not in found:
+                    found.add(child.name)
+                    pending.append(child.name)
+        return found
+
+
+def _check_rules(policy: Policy, tools: set[str], whose: str, holders: str) -> None:
+    """Raise a ConfigurationError naming the first rule of ``policy`` that names none of
+    ``tools``, with the closest tool name."""
+    for rule in policy.rules:
+        if rule in tools:
+            continue
+        if any(c in rule for c in "*?["):
+            matching = sorted(t for t in tools if fnmatch.fnmatchcase(t, rule))
+            hint = "rules name tools exactly (patterns are not supported)"
+            if matching:
+                hint += f"; write a rule for each of {', '.join(map(repr, matching))}"
+        elif rule == SPAWN_TOOL:
+            hint = "only an agent with subagents holds it"
+        else:
+            close = difflib.get_close_matches(rule, sorted(tools), n=1, cutoff=0.6)
+            if not close:  # "DeleteAll" for "delete_all": compare letters and digits only
+                close = [t for t in sorted(tools) if _fold(t) == _fold(rule)][:1]
+            hint = f"did you mean {close[0]!r}?" if close else "check its spelling"
+        listed = sorted(tools)
+        shown = ", ".join(listed[:20]) + (", ..." if len(listed) > 20 else "")
+        raise ConfigurationError(
+            f"{whose} has a rule for {rule!r}, but no tool of that name is held by {holders}, "
+            f"so the rule would never apply; {hint} (tools: {shown or 'none'})"
+        )
+
+
+def _fold(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())

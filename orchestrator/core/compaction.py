@@ -19,14 +19,16 @@ All strategies are off by default except compaction at 80% of a model's known co
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .errors import ConfigurationError
+from .limits import text_units
 from .messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, canonical_json
 from .records import quick_init
 
-__all__ = ["CLEARED_PREFIX", "ContextPolicy", "TurnContext"]
+__all__ = ["CLEARED_PREFIX", "ContextPolicy", "ResultClearing", "TurnContext"]
 
 CLEARED_PREFIX = "[cleared]"
 KEEP_RESULTS_OF = frozenset({"spawn_subagent"})
@@ -156,6 +158,96 @@ def clear_old_results(messages: list[Message], after: int, batch: int) -> tuple[
             )
         out[i] = Message(out[i].role, tuple(content))
     return out, len(due)
+
+
+class ResultClearing:
+    """:func:`clear_old_results` for one agent's transcript, kept up to date turn by turn.
+
+    Called before every model call, it gives the transcript that :func:`clear_old_results`
+    would make of it, but reads only the messages added since its last call and touches only
+    the results it clears: O(new messages + cleared results) per call, where the whole-list
+    function is O(transcript) and so made a long run's turns ever slower. It changes the list
+    in place (the agent's own; requests hold copies). A list other than the one it follows,
+    or a shorter one (the transcript was compacted or replaced), is read again from its start.
+    """
+
+    __slots__ = ("_after", "_assistants", "_batch", "_calls", "_messages", "_pending", "_scanned")
+
+    def __init__(self, after: int, batch: int) -> None:
+        self._after = after
+        self._batch = batch
+        self._start(None)
+
+    def _start(self, messages: list[Message] | None) -> None:
+        """Follow ``messages`` from its start."""
+        self._messages = messages
+        self._scanned = 0
+        self._assistants = 0
+        self._calls: dict[str, ToolUseBlock] = {}
+        """Every tool call read so far, by id (a later call with the same id wins, as in
+        :func:`clear_old_results`)."""
+        self._pending: deque[tuple[int, int, int]] = deque()
+        """Results that may be cleared one day, in transcript order: (assistant messages
+        before theirs, message index, block index)."""
+
+    def clear(self, messages: list[Message]) -> tuple[int, int]:
+        """Clear the results that are due, in place; how many were cleared, and how many
+        characters of result text that removed (for the agent's running size estimate)."""
+        if messages is not self._messages or len(messages) < self._scanned:
+            self._start(messages)
+        self._read(messages)
+        newest_due = self._assistants - self._after  # due: this many assistant turns before it
+        due = 0
+        for before, _, _ in self._pending:  # in transcript order: the due ones come first
+            if before > newest_due:
+                break
+            due += 1
+        if due < self._batch:
+            return 0, 0
+        by_message: dict[int, list[int]] = {}
+        for _ in range(due):
+            _, i, j = self._pending.popleft()
+            by_message.setdefault(i, []).append(j)
+        removed = 0
+        for i, blocks in by_message.items():
+            content = list(messages[i].content)
+            for j in blocks:
+                old = content[j]
+                assert isinstance(old, ToolResultBlock)
+                content[j] = _placeholder(old, self._calls.get(old.tool_use_id))
+                removed += text_units(old.content) - text_units(content[j].content)  # type: ignore[union-attr]
+            messages[i] = Message(messages[i].role, tuple(content))
+        return due, removed
+
+    def _read(self, messages: list[Message]) -> None:
+        """Take in the messages added since the last call."""
+        for i in range(self._scanned, len(messages)):
+            message = messages[i]
+            if message.role == "assistant":
+                self._assistants += 1
+                for call in message.tool_uses:
+                    self._calls[call.id] = call
+                continue
+            for j, block in enumerate(message.content):
+                if (
+                    isinstance(block, ToolResultBlock)
+                    and not block.content.startswith(CLEARED_PREFIX)
+                    and getattr(self._calls.get(block.tool_use_id), "name", "")
+                    not in KEEP_RESULTS_OF
+                ):
+                    self._pending.append((self._assistants, i, j))
+        self._scanned = len(messages)
+
+
+def _placeholder(old: ToolResultBlock, origin: ToolUseBlock | None) -> ToolResultBlock:
+    """What a cleared result becomes: a note naming the call, so the model can ask again."""
+    what = f"{origin.name}({_short_args(origin)})" if origin else "an earlier tool call"
+    return ToolResultBlock(
+        old.tool_use_id,
+        f"{CLEARED_PREFIX} result of {what} cleared to save context; call again if needed",
+        old.is_error,
+        old.error_type,
+    )
 
 
 def shorten_kept_results(messages: list[Message], max_chars: int) -> list[Message]:

@@ -26,12 +26,12 @@ from .compaction import (
 )
 from .errors import ModelError, exception_type
 from .events import ModelTextDelta, ModelToolCallStarted
-from .limits import BudgetExceeded
-from .messages import Message, Usage, text_of
+from .limits import BudgetExceeded, PricingFailed
+from .messages import Message, Usage, clamp_usage, text_of
 from .redact import redact
 from .result import RunStatus
 from .state import AgentNode, RunState, _LoopState
-from .tools import describe_exception
+from .tools import admit_response, describe_exception
 
 __all__ = ["context_window"]
 
@@ -59,11 +59,7 @@ async def _fit_context(node: AgentNode, run: RunState, state: _LoopState) -> tup
     policy = node.context
     cleared = 0
     if policy.clear_results_after is not None:
-        messages, cleared = clear_old_results(
-            node.messages, policy.clear_results_after, policy.clear_batch
-        )
-        if cleared:
-            node.replace_messages(messages)
+        cleared = node.clear_old_results()  # incremental, in place
     threshold = state.compaction_threshold
     if threshold is not None and node.estimate() > threshold and len(node.messages) > 1:
         return cleared, await _compact(node, run, state)
@@ -157,20 +153,24 @@ async def _generate(
     model = node.model
     estimate = node.estimate()
     ledger = node.ledger
-    tokens = estimate + max_tokens
-    cost = 0.0
-    if ledger.tracks_cost:
-        try:
-            cost = model.cost(Usage(input_tokens=estimate, output_tokens=max_tokens))
-            if isinstance(cost, bool) or not isinstance(cost, int | float) or cost < 0:
-                raise TypeError(f"it returned {cost!r}, not a number of dollars")
-        except Exception as exc:  # a model adapter bug: end this agent, not the tree
-            node.finish(RunStatus.ERROR, f"the model's cost() failed: {describe_exception(exc)}")
-            return None
     try:
-        reservation = ledger.try_reserve(tokens, cost) or await ledger.reserve(tokens, cost)
+        # sized from the estimate and what this model was seen to bill; a checkpoint summary's
+        # request is not the transcript estimated, so what it bills teaches nothing
+        reservation = ledger.claim(
+            model,
+            estimate,
+            max_tokens,
+            messages is None,
+            model.cost if ledger.tracks_cost else None,
+        )
+        if not ledger.try_reserve(reservation):
+            await ledger.reserve(reservation)
     except BudgetExceeded as exc:
         node.finish(RunStatus.BUDGET_EXCEEDED, str(exc))
+        return None
+    except PricingFailed as exc:  # a model adapter bug: end this agent, not the tree
+        cause = exc.__cause__ if isinstance(exc.__cause__, Exception) else exc
+        node.finish(RunStatus.ERROR, f"the model's cost() failed: {describe_exception(cause)}")
         return None
     request = ModelRequest(
         node.agent.instructions,
@@ -218,11 +218,12 @@ async def _generate(
                         raise TypeError(
                             f"request() returned a {type(answered).__name__}, not a ModelResponse"
                         )
+                    answered = admit_response(answered)  # tool inputs bounded, usage clamped
                 except Exception as exc:
                     response = _failed_call(node, run, s, exc)
                     billed = getattr(exc, "usage", None) if isinstance(exc, ModelError) else None
                     if isinstance(billed, Usage):  # answers billed, none usable
-                        usage = billed
+                        usage = clamp_usage(billed)
                         _bill(node, usage)
                         spans.record_chat_usage(s, usage)
                 else:
@@ -236,7 +237,7 @@ async def _generate(
     finally:
         if usage is None and run.cut_answers:  # answered, then cut before it could be used
             cut = run.cut_answers.pop()
-            usage = cut.usage if isinstance(cut, ModelResponse) else None
+            usage = clamp_usage(cut.usage) if isinstance(cut, ModelResponse) else None
             if usage is not None:
                 _bill(node, usage)
         node.ledger.settle(reservation, usage)

@@ -9,17 +9,26 @@ API speaks.
 
 from __future__ import annotations
 
+import contextlib
+import decimal
 import json
+import logging
+import math
+import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, TypeAlias
+from typing import Any, ClassVar, Final, Literal, TypeAlias
 
 from .records import quick_init
 
 __all__ = [
+    "MAX_CALL_COST_USD",
+    "MAX_CALL_TOKENS",
+    "MAX_NESTING",
     "Block",
     "Message",
     "RedactedThinkingBlock",
+    "RefusedInput",
     "Role",
     "TextBlock",
     "ThinkingBlock",
@@ -27,15 +36,24 @@ __all__ = [
     "ToolUseBlock",
     "Usage",
     "block_from_wire",
+    "clamp_usage",
     "is_blank",
     "is_text",
     "message_from_wire",
+    "nesting_exceeds",
     "text_of",
     "to_wire",
     "well_formed",
 ]
 
 Role: TypeAlias = Literal["user", "assistant"]
+_logger = logging.getLogger(__name__)
+
+MAX_NESTING: Final = 100
+"""How deep a tool call's input, a tool's structured result or a history's tool input may nest
+(containers inside containers: the arguments object itself is level 1). Past it the runtime
+refuses the value instead of walking it: JSON writers, ``repr``, copies and comparisons recurse
+once per level, and Python's stack holds about 1,000 levels, fewer in a deep agent tree."""
 
 
 @quick_init
@@ -75,6 +93,24 @@ class ToolUseBlock:
     name: str
     input: Mapping[str, Any]
     type: ClassVar[str] = "tool_use"
+
+
+class RefusedInput(dict[str, Any]):
+    """What the transcript keeps of a tool call's input that nested past :data:`MAX_NESTING`.
+
+    The reply's real input is dropped where the reply enters the runtime, so that no request,
+    span, trace file or copy has to walk it; this short note stands in its place (the model
+    reads it as its own call, next to the ``is_error`` result saying why). A tool's validation
+    refuses it, so the call never runs. Its one key starts with ``_``, a name no ``@tool``
+    parameter can have: read back from JSON as a plain dict, it still fails validation.
+    """
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        super().__init__(
+            _refused=f"input nested deeper than {MAX_NESTING} levels; the runtime did not keep it"
+        )
 
 
 @quick_init
@@ -185,6 +221,87 @@ class Usage:
         }
 
 
+MAX_CALL_TOKENS: Final = 2**30 - 1
+"""The most tokens one model call may report in a usage field (about a billion: no context
+window holds that many); a larger count is counted as this many, so a budget still stops the
+run."""
+MAX_CALL_COST_USD: Final = 1_000_000.0
+"""The most one model call may report costing; a larger (or infinite) cost counts as this."""
+_warned: set[tuple[str, str]] = set()
+assert (MAX_CALL_TOKENS, MAX_CALL_COST_USD) == (
+    1_073_741_823,
+    1_000_000.0,
+)  # clamp_usage inlines them
+
+
+def clamp_usage(usage: Usage) -> Usage:
+    """``usage`` as the runtime counts it: every token count an ``int`` in
+    ``[0, MAX_CALL_TOKENS]``, the cost a ``float`` in ``[0, MAX_CALL_COST_USD]``.
+
+    Applied once, where a model call's usage enters the runtime, so the agent's totals, the
+    run's, the ledger and the spans add up the same numbers. A negative or NaN value counts as
+    0, an infinite or absurd one as the cap, a fraction is cut to its integer part, and
+    anything that is not a number counts as 0 (each kind of fault logged once per process).
+    ``usage`` itself is returned when it is already clean (the common case).
+    """
+    i, o, r, w = (
+        usage.input_tokens,
+        usage.output_tokens,
+        usage.cache_read_tokens,
+        usage.cache_write_tokens,
+    )
+    c, n = usage.cost_usd, usage.requests
+    try:  # one test for the five counts: their OR is an int in range only if each one is
+        counts = i | o | r | w | n
+        if (
+            counts.__class__ is int
+            and 0 <= counts <= 1_073_741_823  # MAX_CALL_TOKENS
+            and c.__class__ is float
+            and 0.0 <= c <= 1_000_000.0  # MAX_CALL_COST_USD; False for NaN
+        ):
+            return usage
+    except Exception:  # a float, None, a string... (TypeError), or an odd object
+        pass
+    return Usage(
+        int(_clamped("input_tokens", i, MAX_CALL_TOKENS)),
+        int(_clamped("output_tokens", o, MAX_CALL_TOKENS)),
+        int(_clamped("cache_read_tokens", r, MAX_CALL_TOKENS)),
+        int(_clamped("cache_write_tokens", w, MAX_CALL_TOKENS)),
+        float(_clamped("cost_usd", c, MAX_CALL_COST_USD)),
+        int(_clamped("requests", n, MAX_CALL_TOKENS)),
+    )
+
+
+def _clamped(name: str, value: object, cap: float) -> float:
+    """One usage field in ``[0, cap]`` (see :func:`clamp_usage`)."""
+    number: float | None = None
+    if isinstance(value, numbers.Real | decimal.Decimal):
+        try:
+            number = float(value)
+        except OverflowError:  # an int (or a fraction) too large for a float
+            number = math.inf if value > 0 else -math.inf  # type: ignore[operator]
+        except (ValueError, ArithmeticError):  # a signalling NaN
+            number = math.nan
+    if number is None:
+        fault, number = "not a number", 0.0
+    elif math.isnan(number):
+        fault, number = "NaN", 0.0
+    elif number < 0:
+        fault, number = "negative", 0.0
+    elif number > cap:
+        fault, number = "too large", cap
+    elif name != "cost_usd" and not number.is_integer():
+        fault, number = "not a whole number", float(math.floor(number))
+    else:
+        return number
+    if (name, fault) not in _warned:
+        _warned.add((name, fault))
+        _logger.warning(
+            "a model reported usage %s=%.80r (%s); counted as %g", name, value, fault, number
+        )
+    return number
+
+
 def text_of(blocks: Iterable[Block]) -> str:
     """The text blocks among ``blocks``, joined by newlines."""
     return "\n".join(b.text for b in blocks if isinstance(b, TextBlock))
@@ -224,13 +341,33 @@ def block_from_wire(data: Mapping[str, Any]) -> Block:
     if kind == "tool_result":
         content = data.get("content", "")
         if not isinstance(content, str):
-            content = text_of(block_from_wire(c) for c in content) if content else ""
+            content = _result_text(content) if content else ""
         return ToolResultBlock(str(data["tool_use_id"]), content, bool(data.get("is_error", False)))
     if kind == "redacted_thinking":
         return RedactedThinkingBlock(str(data.get("data", "")))
     if kind == "thinking":
         return ThinkingBlock(str(data.get("thinking", "")), str(data.get("signature", "")))
     raise ValueError(f"unsupported content block type {kind!r}")
+
+
+def _result_text(parts: Iterable[Any]) -> str:
+    """The text of a ``tool_result``'s list of content parts (its text parts, joined).
+
+    The parts are text, images and documents, never blocks that hold blocks: a nested
+    ``tool_result`` is refused rather than parsed (recursion that a crafted history could
+    drive past the stack).
+    """
+    texts: list[str] = []
+    for part in parts:
+        if not isinstance(part, Mapping):
+            raise ValueError(f"a tool_result's content parts are objects, got {part!r:.80}")
+        kind = part.get("type")
+        if kind == "tool_result":
+            raise ValueError("a tool_result cannot hold another tool_result")
+        block = block_from_wire(part) if kind != "text" else TextBlock(str(part["text"]))
+        if isinstance(block, TextBlock):
+            texts.append(block.text)
+    return "\n".join(texts)
 
 
 def message_from_wire(data: Mapping[str, Any]) -> Message:
@@ -291,6 +428,15 @@ def transcript_problem(messages: Sequence[Message]) -> str | None:
         if not message.content:
             return f"message {i} is empty; the API refuses messages without content"
         for block in message.content:
+            wrong = _wrong_field(block)
+            if wrong is not None:
+                return f"message {i} holds a {type(block).__name__} whose {wrong}"
+            if isinstance(block, ToolUseBlock) and nesting_exceeds(block.input):
+                return (
+                    f"message {i}'s tool call {block.name!r} has input nested deeper than "
+                    f"{MAX_NESTING} levels (or holding itself); the runtime does not carry such "
+                    "input"
+                )
             if not is_text(_text_in(block)):
                 return (
                     f"message {i} holds a lone surrogate (text that is not Unicode: a bad \\u "
@@ -319,9 +465,124 @@ def transcript_problem(messages: Sequence[Message]) -> str | None:
     return None
 
 
+_STRING_FIELDS: Final[tuple[tuple[type, tuple[str, ...]], ...]] = (
+    (TextBlock, ("text",)),
+    (ToolUseBlock, ("id", "name")),
+    (ToolResultBlock, ("tool_use_id", "content")),
+    (ThinkingBlock, ("thinking", "signature")),
+    (RedactedThinkingBlock, ("data",)),
+)
+
+
+def _wrong_field(block: Block) -> str | None:
+    """What is wrong with a block's fields (a text that is not a string, a tool call's input
+    that is not a mapping), or ``None``."""
+    for kind, names in _STRING_FIELDS:
+        if isinstance(block, kind):
+            for name in names:
+                value = getattr(block, name)
+                if not isinstance(value, str):
+                    return f"{name} is a {type(value).__name__}, not a string"
+            break
+    if isinstance(block, ToolUseBlock) and not isinstance(block.input, Mapping):
+        return f"input is a {type(block.input).__name__}, not a mapping (a JSON object)"
+    if isinstance(block, ToolResultBlock) and not isinstance(block.is_error, bool):
+        return f"is_error is a {type(block.is_error).__name__}, not a bool"
+    return None
+
+
+_FLAT: Final = frozenset({str, int, float, bool, type(None)})
+_SEQUENCES: Final = (list, tuple, set, frozenset)
+
+
+def nesting_exceeds(value: object, limit: int = MAX_NESTING) -> bool:
+    """Whether ``value`` nests containers (mappings, lists, tuples, sets) more than ``limit``
+    levels deep; the outermost container is level 1, and a container holding itself nests
+    without end.
+
+    Iterative, so any depth costs a walk of at most ``limit`` levels and never a RecursionError;
+    a container shared by several branches is walked again only when reached deeper than
+    before. A flat ``dict`` (most tool calls' arguments) is one pass over its values.
+    """
+    if type(value) is dict:
+        for v in value.values():
+            if type(v) not in _FLAT:
+                break
+        else:
+            return limit < 1
+    elif type(value) in _FLAT:
+        return False
+    reached: dict[int, int] = {}
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        children: Iterable[object]
+        if type(item) is dict or isinstance(item, Mapping):
+            children = item.values()
+        elif isinstance(item, _SEQUENCES):
+            children = item
+        else:
+            continue
+        if level > limit:
+            return True
+        if reached.get(id(item), 0) >= level:  # walked already, at this depth or deeper
+            continue
+        reached[id(item)] = level
+        for child in children:
+            if type(child) not in _FLAT:
+                stack.append((child, level + 1))
+    return False
+
+
 def canonical_json(value: Any) -> str:
-    """Deterministic JSON (sorted keys, no spaces): for comparing and hashing tool inputs."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    """Deterministic JSON (sorted keys, no spaces): for comparing and hashing tool inputs.
+
+    A value JSON cannot hold as it is (keys that are tuples, or of mixed types that do not
+    sort) is written with every key as its ``str()``, unsorted; one nested past
+    :data:`MAX_NESTING` (or holding itself), as the start of its ``repr``. It never raises for
+    what a model, or a test model, can put in a tool call.
+    """
+    try:
+        return json.dumps(
+            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
+        )
+    except (TypeError, ValueError, RecursionError):
+        pass
+    if not nesting_exceeds(value):
+        with contextlib.suppress(TypeError, ValueError, RecursionError):
+            return json.dumps(
+                _str_keys(value), separators=(",", ":"), ensure_ascii=False, default=str
+            )
+    try:
+        return repr(value)[:10_000]
+    except Exception:  # a repr that raises, or one too deep to write
+        return f"<{type(value).__name__}>"
+
+
+def _str_keys(value: Any) -> Any:
+    """A copy of ``value`` (nested at most :data:`MAX_NESTING` levels, so without cycles) with
+    every mapping key turned into its ``str()``."""
+    pending: list[tuple[Any, Any]] = []
+
+    def copy(item: Any) -> Any:
+        if isinstance(item, Mapping):
+            out: Any = {}
+        elif isinstance(item, list | tuple):
+            out = []
+        else:
+            return item
+        pending.append((item, out))
+        return out
+
+    root = copy(value)
+    while pending:
+        item, out = pending.pop()
+        if isinstance(out, dict):
+            for k, v in item.items():
+                out[str(k)] = copy(v)
+        else:
+            out.extend(copy(v) for v in item)
+    return root
 
 
 def is_blank(text: str) -> bool:

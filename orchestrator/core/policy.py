@@ -85,6 +85,12 @@ class Policy:
                 f"Policy rules must map tool names to 'allow', 'confirm' or 'deny', "
                 f"got {self.rules!r}"
             )
+        for name in self.rules:
+            if not isinstance(name, str):
+                named = f" (use its name, {name.name!r})" if isinstance(name, Tool) else ""
+                raise ConfigurationError(
+                    f"Policy rules are keyed by tool name, got the key {name!r}{named}"
+                )
         for name, value in {**self.rules, "<default>": self.default}.items():
             if value not in ("allow", "confirm", "deny"):
                 raise ConfigurationError(

@@ -268,7 +268,7 @@ def _prepare(
     problem = transcript_problem(messages)
     if problem is not None:
         raise ConfigurationError(f"message_history cannot be continued: {problem}")
-    tree = AgentTree(agent, run_limits=limits)
+    tree = AgentTree(agent, run_limits=limits, run_policy=policy)
     state = RunState(
         run_id=run_id or uuid.uuid4().hex,
         tree=tree,

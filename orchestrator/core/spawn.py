@@ -25,9 +25,17 @@ from ..tracing import spans
 from .agent import Agent
 from .compaction import ContextPolicy
 from .errors import ConfigurationError, ToolError
-from .limits import DEFAULT_LIMITS, Ledger, Limits, Slots, tree_wide_limits
+from .limits import DEFAULT_LIMITS, Ledger, Limits, Slots, text_units, tree_wide_limits
 from .loop import run_agent
-from .messages import Message, TextBlock, ToolUseBlock, is_blank, text_of, well_formed
+from .messages import (
+    Message,
+    TextBlock,
+    ToolUseBlock,
+    canonical_json,
+    is_blank,
+    text_of,
+    well_formed,
+)
 from .policy import Policy
 from .result import RunStatus
 from .state import AgentNode, Limiters, Quota, RunState, make_runtime
@@ -383,6 +391,10 @@ def _spawn_tool_for(names: tuple[str, ...], listing: str) -> Tool:
     props["agent"].pop("const", None)
     props["agent"]["enum"] = list(names)
     props["agent"]["type"] = "string"
+    # its size in the prompt, as the model sees it now (the schema was edited after Tool())
+    t.spec_chars = (
+        len(t.name) + text_units(description) + text_units(canonical_json(t.input_schema))
+    )
     return t
 
 

@@ -18,9 +18,9 @@ from opentelemetry.trace import Tracer
 
 from ..models.base import AgentInfo, ClientPool, Model, ModelContext, ToolSpec
 from .agent import Agent, AgentTree
-from .compaction import ContextPolicy, TurnContext
+from .compaction import ContextPolicy, ResultClearing, TurnContext
 from .events import EventSink
-from .limits import Ledger, Limits, Slots
+from .limits import Ledger, Limits, Slots, text_units
 from .messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage
 from .policy import Decision, Policy
 from .redact import redact
@@ -207,6 +207,8 @@ class AgentNode:
     ask_order: _AskInOrder | None = None
     """During an EXECUTE with several calls to confirm: asks the approver in call order."""
     context: ContextPolicy = field(default_factory=ContextPolicy)
+    clearing: ResultClearing | None = None
+    """Follows the transcript for ``context.clear_results_after`` (made at the first clearing)."""
     turn_log: list[TurnContext] = field(default_factory=list)
     parent: AgentNode | None = None
     _chars: int = 0
@@ -229,8 +231,19 @@ class AgentNode:
             self.assistant_turns += 1
 
     def estimate(self) -> int:
-        """Estimated input tokens of the next request (characters / 4)."""
+        """Estimated input tokens of the next request (quarter tokens / 4: see ``text_units``)."""
         return (self._fixed_chars + self._chars) // 4 + 1
+
+    def clear_old_results(self) -> int:
+        """Clear tool results as the context policy says: in place, reading only what the
+        transcript gained since the last call (see ``ResultClearing``); how many it cleared."""
+        if self.clearing is None:
+            self.clearing = ResultClearing(
+                self.context.clear_results_after or 1, self.context.clear_batch
+            )
+        cleared, removed_chars = self.clearing.clear(self.messages)
+        self._chars -= removed_chars  # a result counts its length (see _message_chars)
+        return cleared
 
     def replace_messages(self, messages: list[Message]) -> None:
         """Swap the transcript (after clearing or compaction) and recount its size."""
@@ -309,16 +322,17 @@ class AgentNode:
 
 
 def _message_chars(message: Message) -> int:
+    """The message's estimated size in quarter tokens (``text_units``)."""
     n = 0
     for b in message.content:
         if isinstance(b, TextBlock):
-            n += len(b.text)
+            n += text_units(b.text)
         elif isinstance(b, ToolResultBlock):
-            n += len(b.content) + 16
+            n += text_units(b.content) + 16
         elif isinstance(b, ToolUseBlock):
-            n += len(b.name) + len(str(b.input)) + 16  # a size estimate: no need for JSON
+            n += len(b.name) + text_units(str(b.input)) + 16  # a size estimate: no need for JSON
         else:
-            n += len(getattr(b, "thinking", ""))
+            n += text_units(getattr(b, "thinking", ""))
     return n
 
 

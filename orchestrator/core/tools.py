@@ -26,9 +26,25 @@ from typing import Any, TypeVar, overload
 import pydantic
 import trio
 
-from ..models.base import ToolSpec
+from ..models.base import ModelResponse, ToolSpec
 from .errors import ConfigurationError, ToolError
-from .messages import ToolResultBlock, canonical_json, is_blank, well_formed
+from .limits import text_units
+from .messages import (
+    MAX_NESTING,
+    Block,
+    RedactedThinkingBlock,
+    RefusedInput,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    Usage,
+    canonical_json,
+    clamp_usage,
+    is_blank,
+    nesting_exceeds,
+    well_formed,
+)
 from .redact import redact
 
 __all__ = ["Tool", "ToolContext", "tool"]
@@ -149,8 +165,10 @@ class Tool:
         self._spec = ToolSpec(self.name, self.description, self.input_schema)
         self._validator = self.args_model.__pydantic_validator__
         self._plain_fields = _plain_fields(self.args_model)
-        self.spec_chars = len(self.name) + len(self.description) + len(canonical_json(schema))
-        """The tool's size in the prompt, for input estimates."""
+        self.spec_chars = (
+            len(self.name) + text_units(self.description) + text_units(canonical_json(schema))
+        )
+        """The tool's size in the prompt, for input estimates (quarter tokens: ``text_units``)."""
 
     @property
     def spec(self) -> ToolSpec:
@@ -188,9 +206,121 @@ class Tool:
             else:
                 if given == len(arguments):  # no extra keys (the model forbids them)
                     return kwargs
+        if type(arguments) is RefusedInput:  # input the runtime did not keep: never runs
+            raise pydantic.ValidationError.from_exception_data(
+                self.name,
+                [{"type": "value_error", "loc": (), "input": {}, "ctx": {"error": _TOO_DEEP}}],
+            )
         # the validator itself (model_validate adds a Python-level call), and the instance's
         # __dict__, which holds exactly the declared fields
         return dict(self._validator.validate_python(arguments).__dict__)
+
+
+_TOO_DEEP = ValueError(
+    f"the arguments were nested deeper than {MAX_NESTING} levels (objects and arrays inside "
+    f"each other), which the runtime does not accept; the call was not run. Send arguments "
+    f"nested at most {MAX_NESTING} levels deep (pass deeper data as a JSON string)",
+)
+
+
+def admit_response(response: ModelResponse) -> ModelResponse:
+    """A model's reply as the runtime takes it in: where every reply enters, before anything
+    (spans, the transcript, the repeat guard, the next request) walks it.
+
+    A tool call whose input nests past :data:`MAX_NESTING` keeps its id and name with a
+    :class:`RefusedInput` in place of its input, which validation answers with an ``is_error``
+    result naming the limit (the model can send flatter arguments). Usage is clamped
+    (:func:`clamp_usage`). A reply that is not made of what a reply holds (text, thinking and
+    tool-use blocks with string fields, a string ``stop_reason``, a ``Usage``) raises
+    ``TypeError`` saying what is wrong: the caller ends the agent with ``error``, as for any
+    broken adapter. The reply itself is returned when nothing needs changing.
+    """
+    # Every reply passes here: exact-class checks first, the full ones only when they fail.
+    content = response.content
+    if content.__class__ is not tuple:
+        content = tuple(content)
+    deep = False
+    flat = _FLAT_VALUES
+    for block in content:
+        kind = block.__class__
+        if kind is TextBlock:
+            if block.text.__class__ is not str:  # type: ignore[union-attr]
+                _check_block(block)
+        elif kind is ToolUseBlock:
+            if block.id.__class__ is not str or block.name.__class__ is not str:  # type: ignore[union-attr]
+                _check_block(block)
+            arguments = block.input  # type: ignore[union-attr]
+            if arguments.__class__ is dict:
+                for value in arguments.values():  # most arguments: plain values, one level
+                    if value.__class__ not in flat:
+                        deep = deep or nesting_exceeds(arguments)
+                        break
+            else:
+                deep = deep or nesting_exceeds(arguments)
+        else:
+            _check_block(block)
+    if deep:
+        content = tuple(_admitted_block(b) for b in content)
+    if response.stop_reason.__class__ is not str and not isinstance(response.stop_reason, str):
+        raise TypeError(
+            f"the model's reply has stop_reason {_what(response.stop_reason)}, not a string"
+        )
+    usage = response.usage
+    if usage.__class__ is not Usage and not isinstance(usage, Usage):
+        raise TypeError(f"the model's reply has usage {_what(usage)}, not a Usage")
+    usage = clamp_usage(usage)
+    if content is response.content and usage is response.usage:
+        return response
+    return dataclasses.replace(response, content=content, usage=usage)
+
+
+_FLAT_VALUES = frozenset({str, int, float, bool, type(None)})
+
+
+def _check_block(block: object) -> None:
+    """The full check of one block of a reply (a subclass, a thinking block, a field of a
+    ``str`` subclass, or something that is no block): raises ``TypeError`` saying what is
+    wrong with it."""
+    if isinstance(block, ToolUseBlock):
+        if not isinstance(block.id, str) or not isinstance(block.name, str):
+            _malformed(block, ("id", "name"))
+    elif isinstance(block, TextBlock):
+        if not isinstance(block.text, str):
+            _malformed(block, ("text",))
+    elif isinstance(block, ThinkingBlock):
+        if not isinstance(block.thinking, str) or not isinstance(block.signature, str):
+            _malformed(block, ("thinking", "signature"))
+    elif isinstance(block, RedactedThinkingBlock):
+        if not isinstance(block.data, str):
+            _malformed(block, ("data",))
+    else:
+        raise TypeError(
+            f"the model's reply holds {_what(block)}; a reply holds text, thinking and "
+            "tool_use blocks"
+        )
+
+
+def _what(value: object) -> str:
+    """A short description of an unexpected value: its type and the start of its repr."""
+    try:
+        shown = repr(value)
+    except Exception:  # a repr that raises, or one too deep to write
+        shown = "..."
+    return f"a {type(value).__name__} ({shown[:60]}{'...' if len(shown) > 60 else ''})"
+
+
+def _malformed(block: Block, fields: tuple[str, ...]) -> None:
+    found = ", ".join(f"{f} is {_what(getattr(block, f, None))}" for f in fields)
+    raise TypeError(
+        f"the model's reply holds a malformed {type(block).__name__} ({found}); "
+        f"{' and '.join(fields)} must be {'strings' if len(fields) > 1 else 'a string'}"
+    )
+
+
+def _admitted_block(block: Block) -> Block:
+    if isinstance(block, ToolUseBlock) and nesting_exceeds(block.input):
+        return ToolUseBlock(block.id, block.name, RefusedInput())
+    return block
 
 
 @overload
@@ -470,12 +600,25 @@ def _plain_fields(model: type[pydantic.BaseModel]) -> tuple[tuple[str, type, Any
 
 
 def to_content(value: Any) -> str:
-    """A tool's return value as the text the model reads."""
+    """A tool's return value as the text the model reads.
+
+    Raises ``ValueError`` for data nested deeper than :data:`MAX_NESTING` levels (the caller
+    turns it into an error result): return such data as a string of its own.
+    """
     if isinstance(value, str):
         # the API may refuse a blank result (is_blank, inline: every result passes here)
         return NO_OUTPUT if not value or value.isspace() else value
     if value is None:
         return NO_OUTPUT
+    try:
+        return _structured_content(value)
+    except RecursionError:  # deep data inside a dataclass or a model: no walk of ours saw it
+        raise ValueError(
+            f"it is nested too deeply to write (the limit is {MAX_NESTING} levels)"
+        ) from None
+
+
+def _structured_content(value: Any) -> str:
     if isinstance(value, pydantic.BaseModel):
         try:
             return value.model_dump_json()
@@ -484,11 +627,16 @@ def to_content(value: Any) -> str:
     if isinstance(value, bytes | bytearray | memoryview):
         return f"(binary data, {len(value)} bytes, not shown)"
     if isinstance(value, dict | list | tuple | int | float | bool):
+        if type(value) not in _FLAT_RESULTS and nesting_exceeds(value):
+            raise ValueError(f"it is nested deeper than {MAX_NESTING} levels")
         try:
             return json.dumps(value, ensure_ascii=False, default=_json_default)
         except (TypeError, ValueError):
             return repr(value)
     return str(value)
+
+
+_FLAT_RESULTS = frozenset({int, float, bool})
 
 
 def _json_default(value: Any) -> Any:
@@ -519,9 +667,16 @@ def describe_exception(exc: BaseException, *, with_type: bool = True) -> str:
 
 
 def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
+    """The exceptions in ``group`` that are not groups, in order, however deep the groups nest
+    (iterative: a tool may raise a group of groups thousands deep)."""
     out: list[BaseException] = []
-    for e in group.exceptions:
-        out.extend(_leaves(e) if isinstance(e, BaseExceptionGroup) else [e])
+    stack: list[BaseException] = [group]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, BaseExceptionGroup):
+            stack.extend(reversed(e.exceptions))
+        else:
+            out.append(e)
     return out
 
 

@@ -17,6 +17,7 @@ from typing import Any, Final
 from ..core.messages import (
     Block,
     RedactedThinkingBlock,
+    RefusedInput,
     TextBlock,
     ThinkingBlock,
     ToolUseBlock,
@@ -218,6 +219,8 @@ class _Assembler:
             value = json.loads(joined)
         except ValueError:
             value = None
+        except RecursionError:  # nested past what a JSON reader can walk: refused, not kept
+            return RefusedInput()
         if isinstance(value, dict):
             return value
         if self.stop_reason in _CUTTING_STOPS:

@@ -70,7 +70,8 @@ class ModelRequest:
     max_tokens: int
     agent: AgentInfo
     input_tokens_estimate: int = 0
-    """The loop's running estimate of this request's input size (characters / 4)."""
+    """The loop's running estimate of this request's input size in tokens, erring high per
+    character class (``orchestrator.core.limits.text_units``; prose at characters / 4)."""
     assistant_turns: int = -1
     """Assistant messages in ``messages`` (``-1``: not counted; count them)."""
 

@@ -13,7 +13,15 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 from ..core.errors import ConfigurationError, ModelError
-from ..core.messages import BLOCK_TYPES, Block, TextBlock, ToolUseBlock, Usage
+from ..core.messages import (
+    BLOCK_TYPES,
+    MAX_NESTING,
+    Block,
+    TextBlock,
+    ToolUseBlock,
+    Usage,
+    nesting_exceeds,
+)
 from .base import ModelContext, ModelRequest, ModelResponse
 
 __all__ = ["FunctionModel", "ScriptedModel", "Step", "response", "text", "tool_call"]
@@ -25,20 +33,102 @@ _UNSET_ID = ""
 
 def text(value: str) -> TextBlock:
     """A text block for a scripted reply."""
+    if not isinstance(value, str):
+        raise ConfigurationError(f"text() takes a string, got {_shown(value)}")
     return TextBlock(value)
 
 
 def tool_call(
     name: str, args: Mapping[str, Any] | None = None, id: str | None = None
 ) -> ToolUseBlock:
-    """A tool call for a scripted reply; without ``id`` one is assigned per turn and position."""
+    """A tool call for a scripted reply; without ``id`` one is assigned per turn and position.
+
+    ``args`` is the call's input, a mapping of argument names to values (a JSON object). It is
+    kept as given (copied one level): a script may hand the runtime what a faulty model would,
+    nested past the runtime's limit included.
+    """
+    if not isinstance(name, str):
+        raise ConfigurationError(
+            f"tool_call() takes the tool's name as a string, got {_shown(name)}"
+        )
+    if args is not None and not isinstance(args, Mapping):
+        raise ConfigurationError(
+            f"tool_call({name!r}, args): args must be a mapping of argument names to values "
+            f"(a JSON object), got {_shown(args)}"
+        )
+    if args is not None and not all(isinstance(key, str) for key in args):
+        bad = next(key for key in args if not isinstance(key, str))
+        raise ConfigurationError(
+            f"tool_call({name!r}, args): argument names are strings, got {_shown(bad)}"
+        )
+    if id is not None and not isinstance(id, str):
+        raise ConfigurationError(f"tool_call({name!r}, id=...) takes a string, got {_shown(id)}")
     return ToolUseBlock(id or _UNSET_ID, name, dict(args or {}))
 
 
+_USAGE_FIELDS = tuple(f.name for f in dataclasses.fields(Usage))
+_USAGE_COUNTS = frozenset(_USAGE_FIELDS) - {"cost_usd"}
+
+
+def _shown(value: object) -> str:
+    """``value`` for an error message: its type, and its repr cut short (it may be huge)."""
+    try:
+        shown = repr(value)
+    except Exception:  # a repr that raises, or data too deep for one
+        shown = "..."
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    return f"{type(value).__name__} {shown}"
+
+
+def _usage_of(usage: Usage | Mapping[str, Any]) -> Usage:
+    """``response(usage=...)``'s value as a :class:`Usage`, or a ConfigurationError saying
+    what is wrong with it. Any number is taken (a script may report what a faulty provider
+    would: the runtime clamps it); a value that is not a number is refused."""
+    if isinstance(usage, Usage):
+        values = {name: getattr(usage, name) for name in _USAGE_FIELDS}
+    elif isinstance(usage, Mapping):
+        unknown = [key for key in usage if key not in _USAGE_FIELDS]
+        if unknown:
+            raise ConfigurationError(
+                f"response(usage=...): unknown key(s) {', '.join(map(repr, unknown))}; "
+                f"the keys are Usage's fields: {', '.join(_USAGE_FIELDS)}"
+            )
+        values = dict(usage)
+    else:
+        raise ConfigurationError(
+            "response(usage=...) takes a Usage or a mapping of its fields "
+            f"({', '.join(_USAGE_FIELDS)}), got {_shown(usage)}"
+        )
+    for name, value in values.items():
+        if name in _USAGE_COUNTS:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+            kind = "an integer"
+        else:
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+            kind = "a number"
+        if not ok:
+            raise ConfigurationError(
+                f"response(usage=...): {name} must be {kind}, got {_shown(value)}"
+            )
+    return usage if isinstance(usage, Usage) else Usage(**values)
+
+
 def response(
-    *blocks: Block, stop_reason: str | None = None, usage: Usage | None = None
+    *blocks: Block,
+    stop_reason: str | None = None,
+    usage: Usage | Mapping[str, Any] | None = None,
 ) -> ModelResponse:
-    """A whole scripted reply; ``stop_reason`` defaults to ``tool_use`` if a block is a tool call."""
+    """A whole scripted reply; ``stop_reason`` defaults to ``tool_use`` if a block is a tool call.
+
+    ``usage`` is a :class:`Usage` or a mapping of its fields (``{"input_tokens": 120,
+    "output_tokens": 8}``; unknown keys are refused); without it, usage is estimated. Every
+    argument is checked here, so a mistake fails where the script is written, not in the run.
+    """
+    if stop_reason is not None and not isinstance(stop_reason, str):
+        raise ConfigurationError(
+            f"response(stop_reason=...) takes a string, got {_shown(stop_reason)}"
+        )
     calls_a_tool = False
     for b in blocks:  # one loop, not any()/all(): a generator costs more than a reply's blocks
         if isinstance(b, ToolUseBlock):
@@ -50,7 +140,7 @@ def response(
             )
     if stop_reason is None:
         stop_reason = "tool_use" if calls_a_tool else "end_turn"
-    return ModelResponse(blocks, stop_reason, usage if usage is not None else _NO_USAGE)
+    return ModelResponse(blocks, stop_reason, _NO_USAGE if usage is None else _usage_of(usage))
 
 
 _NO_USAGE = Usage(requests=-1)  # sentinel: "estimate it"
@@ -94,9 +184,12 @@ def _finish(step: Any, request: ModelRequest) -> ModelResponse:
             content = _with_ids(content, request.turn_index())
             break
     usage = resp.usage
-    if usage is _NO_USAGE or usage.requests < 0:
+    # a reply built by hand with usage that is not a Usage is left for the runtime to refuse
+    if usage is _NO_USAGE or (isinstance(usage, Usage) and usage.requests < 0):
         out_chars = sum(
-            len(b.text) if isinstance(b, TextBlock) else len(str(b.input)) + len(b.name)
+            len(str(b.text))
+            if isinstance(b, TextBlock)
+            else _input_chars(b.input) + len(str(b.name))
             for b in content
             if isinstance(b, TextBlock | ToolUseBlock)
         )
@@ -104,6 +197,12 @@ def _finish(step: Any, request: ModelRequest) -> ModelResponse:
     if content is resp.content and usage is resp.usage:
         return resp  # nothing to fill in
     return ModelResponse(content, resp.stop_reason, usage, resp.model, resp.id)
+
+
+def _input_chars(value: Any) -> int:
+    """A tool input's size for the usage estimate (input nested past the runtime's limit,
+    which it drops, is not written out to be measured)."""
+    return 4 * MAX_NESTING if nesting_exceeds(value) else len(str(value))
 
 
 class ScriptedModel:

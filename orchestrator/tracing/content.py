@@ -44,7 +44,12 @@ def content_for_span(value: object, *, max_chars: int = 16_384) -> str:
     if isinstance(value, str):
         text = value
     else:
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+        try:
+            text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+        except (TypeError, ValueError, RecursionError) as exc:
+            # not JSON (keys that are tuples, a value holding itself, data nested past the
+            # stack): a note instead of the content, never a failed span or turn
+            text = f"[content not recorded: {type(exc).__name__}: {str(exc)[:200]}]"
     # a lone surrogate (a bad escape in a model's reply, a file name) cannot be encoded: the
     # exporter would drop the attribute and log a traceback for every batch
     text = redact(well_formed(text))

@@ -234,7 +234,13 @@ def _with_attributes(out: dict[str, Any], attributes: Mapping[str, Any] | None) 
     return out
 
 
-def _value(value: Any) -> dict[str, Any]:
+_MAX_VALUE_DEPTH: Final = 64
+"""How deep an attribute's arrays and maps may nest in a trace file (the SDK lets a program's
+own spans set nested values): deeper, the attribute is left out and logged, like any value
+that cannot be encoded, instead of failing the whole batch with a RecursionError."""
+
+
+def _value(value: Any, depth: int = 0) -> dict[str, Any]:
     if value is None:
         return {}
     if isinstance(value, bool):
@@ -255,12 +261,16 @@ def _value(value: Any) -> dict[str, Any]:
         return {"doubleValue": float(value)}
     if isinstance(value, bytes):
         return {"bytesValue": base64.b64encode(value).decode("ascii")}
+    if depth >= _MAX_VALUE_DEPTH and isinstance(value, Sequence | Mapping):
+        raise ValueError(f"the value nests arrays or maps deeper than {_MAX_VALUE_DEPTH} levels")
     if isinstance(value, Sequence):
-        values = [_value(v) for v in value]
+        values = [_value(v, depth + 1) for v in value]
         return {"arrayValue": {"values": values} if values else {}}
     if isinstance(value, Mapping):
         pairs = [
-            {"key": str(k), "value": _value(v)} if str(k) else {"value": _value(v)}
+            {"key": str(k), "value": _value(v, depth + 1)}
+            if str(k)
+            else {"value": _value(v, depth + 1)}
             for k, v in value.items()
         ]
         return {"kvlistValue": {"values": pairs} if pairs else {}}

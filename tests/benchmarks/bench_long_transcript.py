@@ -9,7 +9,13 @@ runs); the target is that a late turn costs about what an early one does, since 
 the same amount of new content. Also reported: the least-squares slope of per-turn CPU over the
 turn index (CPU added per turn of history).
 
-Usage: ``python tests/benchmarks/bench_long_transcript.py [--smoke] [--turns 200] [--reps 3]``.
+``--clearing N`` runs the agent with ``ContextPolicy(clear_results_after=N)`` (results cleared
+once N turns old, in batches of ``clear_batch``, default 4): clearing must keep a late turn as
+cheap as an early one too, so each turn's clearing costs what its new turns add, not what the
+whole transcript holds.
+
+Usage: ``python tests/benchmarks/bench_long_transcript.py [--smoke] [--turns 200] [--reps 3]
+[--clearing 5] [--clear-batch 4] [--untraced]``.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import emit, machine, median, peak_rss_mb, table, traced_provider
 
-from orchestrator import Agent, Limits, Usage, run, tool
+from orchestrator import Agent, ContextPolicy, Limits, Usage, run, tool
 from orchestrator.models import FunctionModel, response, text, tool_call
 
 RESULT_BYTES = 2048
@@ -49,7 +55,17 @@ async def fetch(i: int) -> str:
 AGENT = Agent("reader", "You read a long document page by page.", tools=[fetch])
 
 
-def one_run(turns: int, traced: bool) -> list[float]:
+def agent_for(clearing: int | None, batch: int) -> Agent:
+    """The reader, with results cleared once ``clearing`` turns old (``None``: never)."""
+    if clearing is None:
+        return AGENT
+    policy = ContextPolicy(
+        clear_results_after=clearing, clear_batch=batch, compact_at_fraction=None
+    )
+    return Agent(AGENT.name, AGENT.instructions, tools=[fetch], context=policy)
+
+
+def one_run(turns: int, traced: bool, clearing: int | None = None, batch: int = 4) -> list[float]:
     """Per-turn CPU seconds, index 0 = turn 1."""
     stamps: list[float] = []
 
@@ -66,7 +82,7 @@ def one_run(turns: int, traced: bool) -> list[float]:
     gc.collect()
     result = trio.run(
         lambda: run(
-            AGENT,
+            agent_for(clearing, batch),
             "Read the whole document.",
             model=FunctionModel(answer, name="bench-fn"),
             limits=Limits(max_turns=turns + 1, token_budget=10**12),
@@ -88,9 +104,11 @@ def slope(values: list[float]) -> float:
     return num / den if den else 0.0
 
 
-def measure(turns: int, reps: int, traced: bool) -> dict[str, Any]:
-    one_run(5, traced)  # warm-up
-    runs = [one_run(turns, traced) for _ in range(reps)]
+def measure(
+    turns: int, reps: int, traced: bool, clearing: int | None = None, batch: int = 4
+) -> dict[str, Any]:
+    one_run(5, traced, clearing, batch)  # warm-up
+    runs = [one_run(turns, traced, clearing, batch) for _ in range(reps)]
     per_turn = [median([r[t] for r in runs]) for t in range(turns)]  # median over runs
     window = min(WINDOW, max(1, turns // 4))
     early_at = min(10, turns // 2)
@@ -99,6 +117,8 @@ def measure(turns: int, reps: int, traced: bool) -> dict[str, Any]:
     late = median(per_turn[turns - window :])
     return {
         "tracing": "on" if traced else "off",
+        "clear_results_after": clearing,
+        "clear_batch": batch if clearing is not None else None,
         "turns": turns,
         "reps": reps,
         "early_turn": early_at,
@@ -109,6 +129,7 @@ def measure(turns: int, reps: int, traced: bool) -> dict[str, Any]:
         "late_over_early": late / early if early else None,
         "slope_us_per_turn_of_history": slope(per_turn) * 1e6,
         "cpu_us_total_median": sum(per_turn) * 1e6,
+        "cpu_s_total_median": round(sum(per_turn), 3),
         "per_turn_us": [round(x * 1e6, 1) for x in per_turn],
     }
 
@@ -120,22 +141,41 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="20 turns, one run (CI)")
     ap.add_argument("--turns", type=int, default=None)
     ap.add_argument("--reps", type=int, default=None)
+    ap.add_argument(
+        "--clearing",
+        type=int,
+        default=None,
+        metavar="N",
+        help="clear tool results once N turns old (ContextPolicy.clear_results_after)",
+    )
+    ap.add_argument("--clear-batch", type=int, default=4, metavar="B", help="clear_batch (4)")
+    ap.add_argument("--untraced", action="store_true", help="measure only without tracing")
     args = ap.parse_args()
     started = time.perf_counter()
     turns = args.turns or (20 if args.smoke else 200)
     reps = args.reps or (1 if args.smoke else 7)
-    rows = [measure(turns, reps, traced) for traced in (False, True)]
+    tracings = (False,) if args.untraced else (False, True)
+    rows = [measure(turns, reps, traced, args.clearing, args.clear_batch) for traced in tracings]
     elapsed = time.perf_counter() - started
     out = {
         "benchmark": "long_transcript",
         "smoke": args.smoke,
         "result_bytes": RESULT_BYTES,
+        "clear_results_after": args.clearing,
         "machine": machine(),
         "elapsed_s": round(elapsed, 1),
         "peak_rss_mb": peak_rss_mb(),
         "rows": rows,
     }
-    headers = ["trace", "turns", "CPU us @early", "CPU us @late", "late/early", "slope us/turn"]
+    headers = [
+        "trace",
+        "turns",
+        "CPU us @early",
+        "CPU us @late",
+        "late/early",
+        "slope us/turn",
+        "CPU s total",
+    ]
     body = [
         [
             r["tracing"],
@@ -144,12 +184,19 @@ def main() -> None:
             r["cpu_us_per_turn_late"],
             r["late_over_early"],
             r["slope_us_per_turn_of_history"],
+            r["cpu_s_total_median"],
         ]
         for r in rows
     ]
     text_out = "\n".join(
         [
-            f"long transcript: one agent, {turns} turns of {RESULT_BYTES} B tool results "
+            f"long transcript: one agent, {turns} turns of {RESULT_BYTES} B tool results"
+            + (
+                f", results cleared after {args.clearing} turns (batch {args.clear_batch})"
+                if args.clearing is not None
+                else ""
+            )
+            + " "
             f"(early = turn {rows[0]['early_turn']}, late = turn {turns}; "
             f"{rows[0]['window_turns']}-turn medians of per-run medians)",
             table(headers, body),

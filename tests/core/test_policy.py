@@ -197,9 +197,25 @@ async def test_an_approvers_wait_counts_against_the_runs_deadline(autojump_clock
 
 
 async def test_a_tool_the_agent_does_not_hold_is_refused_even_when_a_rule_allows_it():
-    policy = Policy(rules={"format_disk": "allow"}, default="allow")
-    calls, result, res = await call("format_disk", {}, policy=policy)
-    assert calls == []
+    # the rule is valid (a subagent holds format_disk), but it does not give the tool to the
+    # agent whose model asks for it (a rule naming no tool of the tree at all is refused when
+    # the run starts: tests/core/test_policy_names.py)
+    ran: list[str] = []
+
+    @tool
+    async def format_disk() -> str:
+        """Format the disk."""
+        ran.append("format_disk")
+        return "formatted"
+
+    calls, tools = make_tools()
+    admin = Agent("admin", "Administer.", description="administers", tools=[format_disk])
+    model = ScriptedModel([tool_call("format_disk", {}, id="toolu_1"), text("done")])
+    agent = Agent("worker", "x", model=model, tools=tools, subagents=[admin],
+                  policy=Policy(rules={"format_disk": "allow"}, default="allow"))  # fmt: skip
+    result = await run(agent, "go")
+    (res,) = [b for m in result.messages for b in m.content if b.type == "tool_result"]
+    assert calls == [] and ran == []
     assert res.is_error
     assert "format_disk" in res.content
     assert "read_file" in res.content and "delete_file" in res.content
