@@ -163,7 +163,7 @@ async def _generate(
             messages is None,
             model.cost if ledger.tracks_cost else None,
         )
-        if not ledger.try_reserve(reservation):
+        if not reservation.ledgers:  # it did not fit at once
             await ledger.reserve(reservation)
     except BudgetExceeded as exc:
         node.finish(RunStatus.BUDGET_EXCEEDED, str(exc))

@@ -10,6 +10,7 @@ remains above it. Run options fill gaps and never loosen a definition.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections import deque
 from collections.abc import Callable
@@ -30,6 +31,7 @@ __all__ = [
     "PricingFailed",
     "Reservation",
     "Slots",
+    "fixed_units",
     "text_units",
     "tree_wide_limits",
 ]
@@ -197,8 +199,8 @@ _UNIT_WEIGHTS: Final = _unit_weights()
 _NON_ASCII_EXTRA: Final = tuple((w, w - 1) for w in sorted(set(_UNIT_WEIGHTS[0x80:]) | {2, 4}))
 """(weight, what it adds past one unit a byte): the passes :func:`text_units` makes over a
 text that is not all ASCII (ASCII text has weights 1, 2 and 4 only)."""
-_SHORT_TEXT: Final = 48
-"""Below this many bytes :func:`text_units` sums the weights (fewer calls than counting)."""
+_SHORT_TEXT: Final = 24
+"""Below this many bytes :func:`text_units` sums the weights (cheaper than counting)."""
 _BLOB_RUN: Final = 24
 """An ASCII text with fewer spaces than one per this many characters looks like a blob
 (base64, hex, minified JSON, URLs), which tokenizers cut into short pieces."""
@@ -214,20 +216,27 @@ def text_units(text: str) -> int:
     hex blob, minified JSON) counts a quarter more. Lowercase prose counts a quarter token a
     character, as the old characters / 4 estimate did.
     """
-    data = text.encode("utf-8", "surrogatepass")
-    size = len(data)
-    if size < _SHORT_TEXT:
-        return sum(data.translate(_UNIT_WEIGHTS))
-    weighted = data.translate(_UNIT_WEIGHTS)
-    if size == len(text):  # all ASCII
+    size = len(text)
+    if text.isascii():
+        weighted = text.encode().translate(_UNIT_WEIGHTS)
+        if size < _SHORT_TEXT:
+            return sum(weighted)
         units = size + weighted.count(2) + 3 * weighted.count(4)
-        if size > 64 and size > _BLOB_RUN * (data.count(b" ") + 1):
+        if size > 64 and size > _BLOB_RUN * (text.count(" ") + 1):
             units += units >> 2
         return units
-    units = size
+    weighted = text.encode("utf-8", "surrogatepass").translate(_UNIT_WEIGHTS)
+    if len(weighted) < _SHORT_TEXT:
+        return sum(weighted)
+    units = len(weighted)
     for weight, extra in _NON_ASCII_EXTRA:
         units += extra * weighted.count(weight)
     return units
+
+
+fixed_units = functools.lru_cache(maxsize=256)(text_units)
+""":func:`text_units`, remembered for the texts every agent of a definition repeats (its
+instructions)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -242,8 +251,8 @@ PROVEN_SPREAD: Final = 1.5
 whichever is higher) a call may bill, at worst: texts of another mix than the ones it learned
 from."""
 CALIBRATION_WINDOW: Final = 8
-"""The learned ratio is the highest of a model's last this-many settled calls (and never below
-1.0 before the window is full): it rises at once and falls only on consistent evidence."""
+"""The learned ratio falls only after this many calls in a row billed less (to the highest of
+them); it rises at once."""
 MIN_RATIO: Final = 0.5
 """The learned ratio never goes below this, whatever a model reports."""
 MIN_EVIDENCE: Final = 32
@@ -257,15 +266,16 @@ is 5%; the rest is rounding and a model billing past its worst case)."""
 class Calibration:
     """What one model (provider and model name) bills per estimated input token, in one run.
 
-    Learned from each settled call's billed input tokens: :attr:`ratio` is the highest ratio
-    of the last :data:`CALIBRATION_WINDOW` calls, at least 1.0 until the window is full (it
-    falls below the estimate only when that many calls in a row billed less) and never below
-    :data:`MIN_RATIO`. :attr:`worst` is how many times its estimate a call may bill at worst:
-    :data:`UNPROVEN_WORST` until the first call settles, then :data:`PROVEN_SPREAD` past the
-    ratio. Reservations size their input with both (:meth:`Ledger.claim`).
+    Learned from each settled call's billed input tokens: :attr:`ratio` starts at 1.0 (the
+    estimate itself) and rises at once to any call's higher ratio; it falls only after
+    :data:`CALIBRATION_WINDOW` calls in a row billed less, to the highest of them (so below the
+    estimate only when that many calls in a row say so), and never below :data:`MIN_RATIO`.
+    :attr:`worst` is how many times its estimate a call may bill at worst:
+    :data:`UNPROVEN_WORST` until the model's first call settles, then :data:`PROVEN_SPREAD`
+    times the ratio (at least that times the estimate). Each update is a few comparisons.
     """
 
-    __slots__ = ("_high", "_next", "_window", "calls", "ratio", "version", "worst")
+    __slots__ = ("_below", "_lower", "calls", "ratio", "version", "worst")
 
     def __init__(self) -> None:
         self.ratio = 1.0
@@ -274,34 +284,42 @@ class Calibration:
         """Settled calls that taught something."""
         self.version = 0
         """Changes whenever ``ratio`` or ``worst`` do (waiting reservations are sized again)."""
-        self._window = [0.0] * CALIBRATION_WINDOW
-        self._next = 0
-        self._high = 0.0
+        self._below = 0
+        """Calls in a row that billed less than ``ratio``..."""
+        self._lower = 0.0
+        """... and the highest ratio among them."""
+
+    def unsettled(self) -> bool:
+        """Whether a call billing exactly its expected input would still teach something: the
+        model's first call, or a run of calls that billed less is pending."""
+        return self.worst == UNPROVEN_WORST or self._below > 0
 
     def learn(self, estimate: int, billed: int) -> None:
         """One settled call: ``billed`` input tokens for an ``estimate``."""
         if estimate < MIN_EVIDENCE or billed <= 0:
             return
         ratio = billed / estimate
-        window, slot = self._window, self._next
-        evicted = window[slot]
-        window[slot] = ratio
-        self._next = slot + 1 if slot + 1 < CALIBRATION_WINDOW else 0
-        calls = self.calls = self.calls + 1
-        high = self._high
-        if ratio >= high:
-            high = self._high = ratio
-        elif evicted >= high:
-            high = self._high = max(window)
-        elif calls > CALIBRATION_WINDOW:
-            return  # the window's highest ratio stayed, and so did everything derived from it
-        if calls < CALIBRATION_WINDOW and high < 1.0:
-            high = 1.0
-        ratio = high if high > MIN_RATIO else MIN_RATIO
-        worst = PROVEN_SPREAD * (ratio if ratio > 1.0 else 1.0)
-        if ratio != self.ratio or worst != self.worst:
-            self.ratio, self.worst = ratio, worst
-            self.version += 1
+        self.calls += 1
+        if ratio >= self.ratio:
+            self._below = 0
+            self._lower = 0.0
+            if ratio == self.ratio and self.worst != UNPROVEN_WORST:
+                return  # the common case: nothing new
+        else:
+            self._below += 1
+            if ratio > self._lower:
+                self._lower = ratio
+            if self._below < CALIBRATION_WINDOW:
+                if self.worst != UNPROVEN_WORST:
+                    return
+                ratio = self.ratio  # the first call: proven, at the ratio it has
+            else:  # a whole window below: believe it
+                ratio = self._lower if self._lower > MIN_RATIO else MIN_RATIO
+                self._below = 0
+                self._lower = 0.0
+        self.ratio = ratio
+        self.worst = PROVEN_SPREAD * (ratio if ratio > 1.0 else 1.0)
+        self.version += 1
 
 
 class _Calibrations:
@@ -380,19 +398,22 @@ def _priced(price: Callable[[Usage], float], input_tokens: int, output_tokens: i
     return float(cost)
 
 
+_new_reservation = object.__new__
+
+
 class Reservation:
     """Tokens and dollars held for one model call until it settles.
 
     ``tokens`` and ``cost``: what the call is expected to bill at most (its input estimate
     times its model's learned ratio, plus its output cap), held against the budget.
-    ``lone_tokens`` and ``lone_cost``: the same with the ratio at least 1.0 (the class
-    estimate itself), what must fit for a call admitted while nothing else is in flight.
     ``worst_tokens`` and ``worst_cost``: what it may bill at worst (the estimate times the
     calibration's worst case, plus the cap), held against the budget plus
-    :data:`OVERSHOOT_ALLOWANCE` while other calls are in flight. Made by :meth:`Ledger.claim`,
-    sized from the calibration as it is then; a reservation that waits is sized again when
-    its model learned meanwhile. ``teaches``: whether its billed input teaches the calibration
-    (not for a request whose transcript is not the one estimated, as a checkpoint summary's).
+    :data:`OVERSHOOT_ALLOWANCE` while other calls are in flight. The dollars are set only for
+    a reservation with a ``price`` (a ledger of its chain has a cost budget). Made by
+    :meth:`Ledger.claim`, sized from the calibration as it is then; a reservation that waits
+    is sized again when its model learned meanwhile. ``teaches``: whether its billed input
+    teaches the calibration (not for a request whose transcript is not the one estimated, as
+    a checkpoint summary's).
     """
 
     __slots__ = (
@@ -401,16 +422,19 @@ class Reservation:
         "estimate",
         "ledgers",
         "lone_cost",
-        "lone_tokens",
         "max_tokens",
         "price",
         "settled",
         "teaches",
         "tokens",
-        "version",
         "worst_cost",
         "worst_tokens",
     )
+    tokens: int
+    worst_tokens: float
+    cost: float
+    lone_cost: float
+    worst_cost: float
 
     def __init__(
         self,
@@ -428,13 +452,7 @@ class Reservation:
         self.price = price
         self.ledgers: tuple[Ledger, ...] = ()
         self.settled = False
-        if price is None and calibration.ratio == 1.0:  # the common case, inline
-            self.tokens = self.lone_tokens = estimate + max_tokens
-            self.worst_tokens = estimate * calibration.worst + max_tokens
-            self.cost = self.lone_cost = self.worst_cost = 0.0
-            self.version = calibration.version
-        else:
-            self.size()
+        self.size()
 
     def size(self) -> None:
         """Compute the amounts from the estimate and the calibration as it is now."""
@@ -442,23 +460,22 @@ class Reservation:
         ratio = calibration.ratio
         estimate, cap = self.estimate, self.max_tokens
         expected = estimate if ratio == 1.0 else math.ceil(estimate * ratio)
-        lone = expected if ratio >= 1.0 else estimate
         at_worst = math.ceil(estimate * calibration.worst)
         self.tokens = expected + cap
-        self.lone_tokens = lone + cap
         self.worst_tokens = at_worst + cap
         price = self.price
-        if price is None:
-            self.cost = self.lone_cost = self.worst_cost = 0.0
-        else:
+        if price is not None:
             self.cost = _priced(price, expected, cap)
+            lone = expected if ratio >= 1.0 else estimate
             self.lone_cost = self.cost if lone == expected else _priced(price, lone, cap)
             self.worst_cost = _priced(price, at_worst, cap)
-        self.version = calibration.version
 
-    def stale(self) -> bool:
-        """Whether the calibration changed since the amounts were computed."""
-        return self.version != self.calibration.version
+    @property
+    def lone_tokens(self) -> int:
+        """``tokens`` with the ratio at least 1.0 (the class estimate itself): what must fit
+        for a call admitted while nothing else is in flight."""
+        least = self.estimate + self.max_tokens
+        return self.tokens if self.tokens > least else least
 
 
 class Ledger:
@@ -534,18 +551,45 @@ class Ledger:
         teaches: bool = True,
         price: Callable[[Usage], float] | None = None,
     ) -> Reservation:
-        """A reservation for one call of ``model`` (not held yet), sized from its input
-        ``estimate`` in tokens, its output cap and what the model was seen to bill; priced
-        with ``price`` (the model's ``cost``) if a ledger of the chain has a cost budget.
-        Raises :class:`PricingFailed` if pricing does."""
+        """A reservation for one call of ``model``, sized from its input ``estimate`` in
+        tokens, its output cap and what the model was seen to bill, priced with ``price`` (the
+        model's ``cost``) if a ledger of the chain has a cost budget, and held at once if it
+        fits (its ``ledgers`` are then the chain; else :meth:`reserve` it). Raises
+        :class:`PricingFailed` if pricing does."""
         if model is self._model:  # most ledgers see one model: no lookup
             calibration = self._calibration
         else:
             calibration = self._calibration = self.calibrations.of(model)
             self._model = model
-        return Reservation(
-            estimate, max_tokens, calibration, teaches, price if self.tracks_cost else None
-        )
+        if price is not None and self.tracks_cost:
+            r = Reservation(estimate, max_tokens, calibration, teaches, price)
+        elif calibration.ratio == 1.0:  # the common case, without a call
+            r = _new_reservation(Reservation)
+            r.estimate = estimate
+            r.max_tokens = max_tokens
+            r.calibration = calibration
+            r.teaches = teaches
+            r.price = None
+            r.ledgers = ()
+            r.settled = False
+            r.tokens = estimate + max_tokens
+            r.worst_tokens = estimate * calibration.worst + max_tokens
+        else:
+            r = Reservation(estimate, max_tokens, calibration, teaches, None)
+        chain = self._ancestry
+        for lg in chain:
+            if lg._queue or not lg._fits(r):
+                return r
+        if r.price is not None:
+            self._hold(r)
+            return r
+        r.ledgers = chain  # held: _hold without the dollars, inline (one per model call)
+        tokens, worst_tokens = r.tokens, r.worst_tokens
+        for lg in chain:
+            lg.reserved_tokens += tokens
+            lg.worst_tokens += worst_tokens
+            lg.outstanding += 1
+        return r
 
     def _fits(self, r: Reservation) -> bool:
         """Whether ``r`` may be held here now: its expected amount and its worst case if other
@@ -589,14 +633,19 @@ class Ledger:
         chain = self._ancestry
         ticket = object()
         queued_on: Ledger | None = None
+        calibration = r.calibration
+        sized = calibration.version  # what it was sized with (no wait since)
         try:
             while True:
-                if r.stale():
+                if calibration.version != sized:
                     r.size()
+                    sized = calibration.version
                 blocking = [lg for lg in chain if not lg._fits(r)]
                 for lg in blocking:
                     if lg.outstanding == 0:  # nothing will ever free room there
-                        raise BudgetExceeded(lg.describe(r.lone_tokens, r.lone_cost))
+                        raise BudgetExceeded(
+                            lg.describe(r.lone_tokens, r.lone_cost if r.price else 0.0)
+                        )
                 ahead = [lg for lg in chain if lg._queue and lg._queue[0] is not ticket]
                 if not blocking and not ahead:
                     self._hold(r)
@@ -646,20 +695,28 @@ class Ledger:
         reservation.settled = True
         held, worst = reservation.tokens, reservation.worst_tokens
         if usage is None:
-            tokens, cost = held, reservation.cost
+            tokens, cost = held, (0.0 if reservation.price is None else reservation.cost)
         else:
             tokens, cost = usage.input_tokens + usage.output_tokens, usage.cost_usd
             if tokens < 0 or cost < 0:  # a model reporting negative usage gives nothing back
                 tokens, cost = max(0, tokens), max(0.0, cost)
-            if reservation.teaches:
+            if reservation.teaches and (
+                # billed exactly what was expected: nothing new to learn
+                usage.input_tokens != held - reservation.max_tokens
+                or reservation.calibration.unsettled()
+            ):
                 reservation.calibration.learn(reservation.estimate, usage.input_tokens)
-        held_cost, worst_cost = reservation.cost, reservation.worst_cost
+        if reservation.price is None:
+            held_cost = worst_cost = 0.0
+        else:
+            held_cost, worst_cost = reservation.cost, reservation.worst_cost
+        dollars = held_cost or worst_cost or cost
         for lg in reservation.ledgers:
             lg.reserved_tokens -= held
             lg.worst_tokens -= worst
             lg.outstanding -= 1
             lg.used_tokens += tokens
-            if held_cost or worst_cost or cost:
+            if dollars:
                 lg.reserved_cost -= held_cost
                 lg.worst_cost -= worst_cost
                 lg.used_cost += cost

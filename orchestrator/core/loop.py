@@ -33,7 +33,7 @@ from .generate import (
     _turn_attributes,
     context_window,
 )
-from .limits import text_units
+from .limits import fixed_units
 from .messages import Message, ToolResultBlock, ToolUseBlock, text_of
 from .result import RunStatus
 from .state import AgentNode, RunState, _LoopState, tool_specs
@@ -132,7 +132,7 @@ async def run_agent(node: AgentNode, run: RunState) -> None:
 
 async def _loop(node: AgentNode, run: RunState) -> None:
     specs = tool_specs(node)
-    node._fixed_chars = text_units(node.agent.instructions) + sum(
+    node._fixed_chars = fixed_units(node.agent.instructions) + sum(
         t.spec_chars for t in node.tools.values()
     )
     state = _LoopState(

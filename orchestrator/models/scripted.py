@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeAlias
+from typing import Any, Final, TypeAlias
 
 from ..core.errors import ConfigurationError, ModelError
 from ..core.messages import (
@@ -81,10 +81,24 @@ def _shown(value: object) -> str:
     return f"{type(value).__name__} {shown}"
 
 
+_PLAIN_COST: Final = frozenset({int, float})
+"""What a cost may be (``bool`` is not: it fails the exact-class test)."""
+
+
 def _usage_of(usage: Usage | Mapping[str, Any]) -> Usage:
     """``response(usage=...)``'s value as a :class:`Usage`, or a ConfigurationError saying
     what is wrong with it. Any number is taken (a script may report what a faulty provider
     would: the runtime clamps it); a value that is not a number is refused."""
+    if (  # the common case, checked inline: a Usage of exact ints and a number
+        type(usage) is Usage
+        and usage.input_tokens.__class__ is int
+        and usage.output_tokens.__class__ is int
+        and usage.cache_read_tokens.__class__ is int
+        and usage.cache_write_tokens.__class__ is int
+        and usage.requests.__class__ is int
+        and usage.cost_usd.__class__ in _PLAIN_COST
+    ):
+        return usage
     if isinstance(usage, Usage):
         values = {name: getattr(usage, name) for name in _USAGE_FIELDS}
     elif isinstance(usage, Mapping):
