@@ -47,7 +47,7 @@ from .messages import (
 )
 from .redact import redact
 
-__all__ = ["Tool", "ToolContext", "tool"]
+__all__ = ["SchemaTool", "Tool", "ToolContext", "tool"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 _NAME_RE = re.compile(r"[a-zA-Z0-9_-]{1,64}")  # fullmatch ("$" allows "x\n")
@@ -170,6 +170,82 @@ class Tool:
         )
         """The tool's size in the prompt, for input estimates (quarter tokens: ``text_units``)."""
 
+    @classmethod
+    def from_schema(
+        cls,
+        name: str,
+        description: str,
+        input_schema: Mapping[str, Any],
+        handler: Callable[..., Any],
+        *,
+        idempotent: bool = False,
+        max_retries: int = 2,
+        takes_context: bool = False,
+    ) -> Tool:
+        """A tool described by a JSON schema instead of a signature (an MCP server's, an API's).
+
+        ``handler(arguments)`` (sync or async; ``handler(ctx, arguments)`` with
+        ``takes_context=True``) receives the call's arguments as one dict, after they were
+        checked against ``input_schema`` (see :mod:`.schema` for the keywords enforced): a call
+        that fails the check is an ``is_error`` result naming each problem, and the handler is
+        not called. The model sees ``input_schema`` as given. ``idempotent`` and
+        ``max_retries`` mean what they mean for :func:`tool`.
+        """
+        from .schema import schema_tool  # the checker: only loaded by tools that need it
+
+        tool: Tool = schema_tool(
+            cls,
+            name,
+            description,
+            input_schema,
+            handler,
+            idempotent=idempotent,
+            max_retries=max_retries,
+            takes_context=takes_context,
+        )
+        return tool
+
+    @classmethod
+    def _schema_tool(
+        cls,
+        fn: Callable[..., Any],
+        *,
+        name: str,
+        description: str,
+        input_schema: dict[str, Any],
+        check: Callable[[Any, tuple[str | int, ...], list[Any]], None],
+        is_async: bool,
+        idempotent: bool,
+        max_retries: int,
+        takes_context: bool,
+    ) -> SchemaTool:
+        if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
+            raise ConfigurationError(f"tool name {name!r} must be 1-64 letters, digits, '_' or '-'")
+        if name in RESERVED_TOOL_NAMES:
+            raise ConfigurationError(
+                f"tool name {name!r} is reserved for the runtime; rename the tool"
+            )
+        t = object.__new__(SchemaTool)
+        t.fn = fn
+        t.name = name
+        t.description = description
+        t.idempotent = idempotent
+        t.max_retries = max_retries if idempotent else 0
+        t.runtime_tool = False
+        t.is_async = is_async
+        t.never_waits = False
+        t.takes_context = takes_context
+        t.args_model = None  # type: ignore[assignment]  # no signature: the schema is the model
+        t.input_schema = input_schema
+        t._spec = ToolSpec(name, description, input_schema)
+        t._validator = None  # type: ignore[assignment]  # SchemaTool.validate checks instead
+        t._plain_fields = None
+        t._check = check
+        t.spec_chars = (
+            len(name) + text_units(description) + text_units(canonical_json(input_schema))
+        )
+        return t
+
     @property
     def spec(self) -> ToolSpec:
         """The tool as the model sees it."""
@@ -214,6 +290,27 @@ class Tool:
         # the validator itself (model_validate adds a Python-level call), and the instance's
         # __dict__, which holds exactly the declared fields
         return dict(self._validator.validate_python(arguments).__dict__)
+
+
+class SchemaTool(Tool):
+    """A tool made by :meth:`Tool.from_schema`: its arguments are checked against its JSON
+    schema, and passed to the handler as one dict."""
+
+    __slots__ = ("_check",)
+    _check: Callable[[Any, tuple[str | int, ...], list[Any]], None]
+
+    def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """The arguments, checked against the schema; raises pydantic's ValidationError (as
+        every tool's validation does) listing each problem."""
+        if type(arguments) is RefusedInput:
+            return super().validate(arguments)  # the nesting refusal, worded once
+        problems: list[Any] = []
+        self._check(arguments, (), problems)
+        if problems:
+            from .schema import validation_error
+
+            raise validation_error(self.name, problems)
+        return dict(arguments)
 
 
 _TOO_DEEP = ValueError(
