@@ -12,10 +12,13 @@ __version__ = "0.1.0"
 from .core.agent import Agent as Agent
 from .core.compaction import ContextPolicy as ContextPolicy
 from .core.errors import ConfigurationError as ConfigurationError
+from .core.errors import ContextWindowExceeded as ContextWindowExceeded
 from .core.errors import ModelError as ModelError
 from .core.errors import OrchestratorError as OrchestratorError
 from .core.errors import RunFailedError as RunFailedError
 from .core.errors import ToolError as ToolError
+from .core.journal import Journal as Journal
+from .core.journal import NullJournal as NullJournal
 from .core.limits import DEFAULT_LIMITS as DEFAULT_LIMITS
 from .core.limits import Limits as Limits
 from .core.messages import Message as Message
@@ -28,10 +31,18 @@ from .core.policy import PendingCall as PendingCall
 from .core.policy import Policy as Policy
 from .core.result import RunResult as RunResult
 from .core.result import RunStatus as RunStatus
+from .core.resume import resume as resume
+from .core.resume import resume_sync as resume_sync
 from .core.run import RunHandle as RunHandle
 from .core.run import open_run as open_run
 from .core.run import run as run
 from .core.run import run_sync as run_sync
+from .core.runner import BudgetLease as BudgetLease
+from .core.runner import ChildOutcome as ChildOutcome
+from .core.runner import ChildRunner as ChildRunner
+from .core.runner import ChildSpec as ChildSpec
+from .core.runner import InProcessRunner as InProcessRunner
+from .core.runner import ParentSide as ParentSide
 from .core.tools import Tool as Tool
 from .core.tools import ToolContext as ToolContext
 from .core.tools import tool as tool
@@ -39,12 +50,21 @@ from .core.tools import tool as tool
 __all__ = [
     "DEFAULT_LIMITS",
     "Agent",
+    "BudgetLease",
+    "ChildOutcome",
+    "ChildRunner",
+    "ChildSpec",
     "ConfigurationError",
     "ContextPolicy",
+    "ContextWindowExceeded",
+    "InProcessRunner",
+    "Journal",
     "Limits",
     "Message",
     "ModelError",
+    "NullJournal",
     "OrchestratorError",
+    "ParentSide",
     "PendingCall",
     "Policy",
     "RunFailedError",
@@ -61,6 +81,8 @@ __all__ = [
     "Usage",
     "__version__",
     "open_run",
+    "resume",
+    "resume_sync",
     "run",
     "run_sync",
     "tool",

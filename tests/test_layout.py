@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "orchestrator"
-HEAVY = ("opentelemetry.sdk", "opentelemetry.exporter", "anthropic", "rich", "mcp")
+HEAVY = ("opentelemetry.sdk", "opentelemetry.exporter", "anthropic", "openai", "rich", "mcp")
 
 # What core/ may use of the rooms above it: the Model protocol and the API-only tracing helpers.
 CORE_MAY_REACH = frozenset(
@@ -197,12 +197,27 @@ def test_importing_the_library_loads_no_sdk_no_provider_and_no_terminal_toolkit(
     [
         "from orchestrator.tracing import configure_tracing",
         "from orchestrator.models import AnthropicModel",
+        "from orchestrator.models import OpenAIModel",
     ],
 )
 def test_the_lazy_names_load_what_they_need_on_first_use(statement: str) -> None:
     modules = loaded_after(statement)
-    wanted = "opentelemetry.sdk" if "tracing" in statement else "orchestrator.models.anthropic"
+    wanted = {
+        "configure_tracing": "opentelemetry.sdk",
+        "AnthropicModel": "orchestrator.models.anthropic",
+        "OpenAIModel": "orchestrator.models.openai",
+    }[statement.split()[-1]]
     assert wanted in modules
+    assert "openai" not in modules  # an adapter imports its SDK on its first call
+
+
+def test_mcp_servers_load_the_mcp_sdk_only_when_a_run_connects_one() -> None:
+    modules = loaded_after(
+        "from orchestrator.mcp import MCPServer; from orchestrator import Agent\n"
+        "Agent('a', 'x', tools=[MCPServer.stdio('fs', 'server-command').only('read')])"
+    )
+    assert "orchestrator.toolsets.mcp" in modules
+    assert not [m for m in modules if within(m, "mcp") or m == "orchestrator.toolsets._mcp_session"]
 
 
 def test_naming_a_model_by_string_loads_its_adapter_only_then() -> None:

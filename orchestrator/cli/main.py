@@ -158,12 +158,39 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run an agent tree defined in a Python file")
     run.add_argument("target", help="FILE.py or FILE.py:NAME (default NAME: agent)")
     run.add_argument("prompt", help="the task for the root agent")
+    resume = sub.add_parser(
+        "resume", help="continue a run that was killed, cancelled or timed out, from its journal"
+    )
+    resume.add_argument("run", help="run id (a unique prefix of one) or journal file (.db)")
+    for p in (run, resume):
+        _add_run_options(p)
+
+    trace = sub.add_parser("trace", help="look at saved traces")
+    _add_trace_commands(trace)
+    return parser
+
+
+def _add_run_options(run: argparse.ArgumentParser) -> None:
+    """The options ``run`` and ``resume`` share (given to ``resume``, they apply from then on)."""
     run.add_argument(
-        "--model", help="default model for agents without one (e.g. claude-sonnet-5-5, offline)"
+        "--model",
+        help="default model for agents without one (e.g. claude-sonnet-5-5, openai:gpt-4.1-mini, "
+        "ollama:llama3.2, offline)",
     )
     run.add_argument(
         "--override-model",
-        help="model for every agent, replacing what the definitions name (e.g. offline)",
+        help="model for every agent, replacing what the definitions name (e.g. offline, "
+        "openai:MODEL with OPENAI_BASE_URL for a local server)",
+    )
+    run.add_argument(
+        "--max-output-tokens",
+        type=int,
+        help="cap on every agent's output tokens per call (for small local models)",
+    )
+    run.add_argument(
+        "--max-result-chars",
+        type=int,
+        help="characters per tool result (for agents that set none)",
     )
     run.add_argument(
         "--max-turns", type=int, help="model turns per agent (for agents that set none)"
@@ -175,6 +202,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--concurrency", type=int, help="model calls in flight")
     run.add_argument("--budget-tokens", type=int, help="billed tokens for the whole tree")
     run.add_argument("--json", action="store_true", help="print one JSON result object on stdout")
+    run.add_argument(
+        "--transcripts",
+        action="store_true",
+        help="with --json: every agent's transcript in the tree (secrets redacted, nothing else)",
+    )
     run.add_argument("--quiet", action="store_true", help="print only the answer")
     run.add_argument(
         "--dry-run", action="store_true", help="validate the tree and print its worst case"
@@ -184,9 +216,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="folder of .md/.txt/.rst/.html files for the research tools to search (files over "
         "8 MiB and names holding '#' are not indexed)",
     )
-    run.add_argument("--runs-dir", default=str(DEFAULT_RUNS_DIR), help="where trace files go")
+    run.add_argument(
+        "--mcp",
+        action="append",
+        default=[],
+        metavar="NAME=COMMAND|URL",
+        help="an MCP server whose tools the root agent gets (and subagents that inherit its "
+        "tools): NAME=COMMAND starts it over stdio (split as a shell would), NAME=URL connects "
+        "over streamable HTTP; repeatable",
+    )
+    run.add_argument(
+        "--runs-dir", default=str(DEFAULT_RUNS_DIR), help="where trace files and journals go"
+    )
+    run.add_argument(
+        "--no-journal",
+        action="store_true",
+        help="do not journal the run (runs/<run id>.db), so it cannot be resumed",
+    )
 
-    trace = sub.add_parser("trace", help="look at saved traces")
+
+def _add_trace_commands(trace: argparse.ArgumentParser) -> None:
     tsub = trace.add_subparsers(dest="trace_command", required=True)
     tlist = tsub.add_parser("list", help="list saved runs, newest first")
     tshow = tsub.add_parser("show", help="draw a run's trace as a tree with a waterfall")
@@ -203,7 +252,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for p in (tlist, tshow, texport):
         p.add_argument("--runs-dir", default=str(DEFAULT_RUNS_DIR))
-    return parser
 
 
 def _command(name: str) -> Callable[[argparse.Namespace], int]:
@@ -213,6 +261,10 @@ def _command(name: str) -> Callable[[argparse.Namespace], int]:
         from .run import cmd_run
 
         return cmd_run
+    if name == "resume":
+        from .run import cmd_resume
+
+        return cmd_resume
     from .trace import cmd_trace
 
     return cmd_trace

@@ -2,15 +2,16 @@
 
 :func:`load_agent` loads an :class:`~orchestrator.Agent` (default name ``agent``); the run shows
 live progress, prints the final answer and one summary line, and writes the trace (OTLP when
-``OTEL_EXPORTER_OTLP_*`` is set, else OTLP/JSON lines under ``runs/``). Without
-``ANTHROPIC_API_KEY``, agents that name an anthropic model run on the offline model
-(:func:`offline_fallback`). ``--dry-run`` prints the tree's worst case instead (:mod:`.dryrun`).
+``OTEL_EXPORTER_OTLP_*`` is set, else OTLP/JSON lines under ``runs/``). Agents whose provider
+has neither a key nor a base URL (``ANTHROPIC_API_KEY``; ``OPENAI_API_KEY`` or
+``OPENAI_BASE_URL``) run on the offline model (:func:`offline_providers`). ``--dry-run`` prints the tree's worst case instead (:mod:`.dryrun`).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import glob
 import hashlib
 import importlib.util
 import json
@@ -23,7 +24,7 @@ import time
 import uuid
 from pathlib import Path
 from types import FrameType
-from typing import Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 import trio
 
@@ -36,7 +37,10 @@ from ..core.result import RunResult, RunStatus
 from ..core.terminal import terminal_safe
 from .main import EXIT_CODES, UsageError, _stdout_to_devnull, without_userinfo
 
-__all__ = ["cmd_run", "load_agent", "offline_fallback"]
+if TYPE_CHECKING:
+    from ..core.journal_sqlite import SQLiteJournal
+
+__all__ = ["cmd_resume", "cmd_run", "load_agent", "offline_fallback", "offline_providers"]
 
 
 def load_agent(target: str) -> Agent:
@@ -88,35 +92,77 @@ def load_agent(target: str) -> Agent:
     return obj
 
 
-def offline_fallback(agent: Agent, default_model: str | None) -> tuple[Agent, str | None, bool]:
-    """Without an API key, swap anthropic models for the offline model; report whether it did.
+_OFFLINE_WHEN: dict[str, tuple[str, ...]] = {
+    # provider: the variables any one of which lets its models reach an endpoint
+    "anthropic": ("ANTHROPIC_API_KEY",),
+    "openai": ("OPENAI_API_KEY", "OPENAI_BASE_URL"),
+}
 
-    A model object given its own key (``AnthropicModel(api_key=...)``, say from a secret store)
-    is kept: it can call the API, and a run that quietly answered offline would still "succeed".
+
+def _unreachable(provider: str) -> bool:
+    """Whether the CLI runs ``provider``'s models offline: none of its variables is set."""
+    names = _OFFLINE_WHEN.get(provider)
+    return names is not None and not any(os.environ.get(n, "").strip() for n in names)
+
+
+def _provider_of(spec: str) -> str:
+    return spec.partition(":")[0] if ":" in spec else ""
+
+
+def offline_providers(
+    agent: Agent, default_model: str | None
+) -> tuple[Agent, str | None, tuple[str, ...]]:
+    """Swap the models of providers that have neither a key nor a base URL for the offline
+    model, per provider; return the tree, the default model and the providers swapped.
+
+    ``anthropic`` needs ``ANTHROPIC_API_KEY``; ``openai`` needs ``OPENAI_API_KEY`` or
+    ``OPENAI_BASE_URL`` (a local server may need no key); ``ollama`` needs nothing. A model
+    object given its own key or base URL (``AnthropicModel(api_key=...)``, say from a secret
+    store, or ``OpenAIModel(base_url=...)``) is kept: it can call its API, and a run that quietly
+    answered offline would still "succeed". A default model of ``None`` becomes ``offline``
+    when the anthropic provider is offline (the CLI's default provider).
     """
-    if os.environ.get("ANTHROPIC_API_KEY"):
-        return agent, default_model, False
-    swapped = False
+    swapped: set[str] = set()
 
     def swap(a: Agent) -> Agent:
-        nonlocal swapped
-        if isinstance(a.model, str) and a.model.startswith("anthropic:"):
-            swapped = True
-            return a.replace(model="offline")
-        if (
-            a.model is not None
-            and getattr(a.model, "provider", "") == "anthropic"
-            and not getattr(a.model, "has_api_key", False)
-        ):
-            swapped = True
+        model = a.model
+        if isinstance(model, str):
+            provider = _provider_of(model)
+            if _unreachable(provider):
+                swapped.add(provider)
+                return a.replace(model="offline")
+            return a
+        if model is None:
+            return a
+        provider = str(getattr(model, "provider", ""))
+        keyed = getattr(model, "has_endpoint", getattr(model, "has_api_key", False))
+        if _unreachable(provider) and not keyed:
+            swapped.add(provider)
             return a.replace(model="offline")
         return a
 
     agent = agent.map_tree(swap)
-    if default_model is None or default_model.startswith("anthropic:"):
-        swapped = swapped or default_model is not None
+    if default_model is None:
+        if _unreachable("anthropic"):
+            default_model = "offline"
+    elif _unreachable(_provider_of(default_model)):
+        swapped.add(_provider_of(default_model))
         default_model = "offline"
-    return agent, default_model, swapped
+    return agent, default_model, tuple(sorted(swapped))
+
+
+def offline_fallback(agent: Agent, default_model: str | None) -> tuple[Agent, str | None, bool]:
+    """:func:`offline_providers`, reporting only whether anything was swapped."""
+    agent, default_model, swapped = offline_providers(agent, default_model)
+    return agent, default_model, bool(swapped)
+
+
+def _offline_note(providers: tuple[str, ...]) -> str:
+    """One line saying which variables were missing (the CLI says it once)."""
+    missing = [" or ".join(_OFFLINE_WHEN[p]) for p in providers if p in _OFFLINE_WHEN]
+    return (
+        f"No {', no '.join(missing)} set: running on the offline model (deterministic, no LLM).\n"
+    )
 
 
 def _limits_from(args: argparse.Namespace) -> Limits | None:
@@ -126,6 +172,7 @@ def _limits_from(args: argparse.Namespace) -> Limits | None:
         "max_depth": args.max_depth,
         "max_concurrency": args.concurrency,
         "token_budget": args.budget_tokens,
+        "max_result_chars": args.max_result_chars,
     }
     set_values = {k: v for k, v in values.items() if v is not None}
     return Limits(**set_values) if set_values else None
@@ -140,6 +187,8 @@ async def _run_tree(
     run_id: str,
     progress: str,
     out: TextIO,
+    log_dir: Path | None = None,
+    journal: SQLiteJournal | None = None,
 ) -> RunResult:
     from ..core.run import open_run
     from .progress import follow_events
@@ -151,11 +200,15 @@ async def _run_tree(
             model=model,
             limits=limits,
             run_id=run_id,
+            journal=journal,
             event_buffer=4096 if progress != "none" else 0,
+            log_dir=log_dir,
         ) as handle:
             guard.watch(handle)
             async with trio.open_nursery() as nursery:
-                if progress != "none":  # ends by itself when the run closes its event channel
+                # (no display for a run that ends before it starts: its reason is the output)
+                if progress != "none" and handle.startup_failure is None:
+                    # ends by itself when the run closes its event channel
                     nursery.start_soon(
                         lambda: follow_events(
                             handle.events,
@@ -302,8 +355,99 @@ def _summary(result: RunResult, wall: float, trace: str) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ..tracing.setup import configure_tracing
+    _use_corpus(args)
+    defined = load_agent(args.target)
+    run_id = uuid.uuid4().hex
+    journal = None
+    if not (args.no_journal or args.dry_run):
+        journal = _JournalPlan(Path(args.runs_dir) / f"{run_id}.db", _tree_ref(args.target))
+    return _launch(args, defined, args.prompt, run_id, journal)
 
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    """``orchestrator resume RUN``: the run's journal replayed, then the run goes on; the
+    answer, summary and exit codes as for ``orchestrator run``. A journal that cannot be
+    resumed (missing, in use, of another tree) exits 2 with one line."""
+    from ..core.journal_sqlite import read_header
+    from ..core.resume import check_tree
+
+    _use_corpus(args)
+    path = _journal_path(args.run, Path(args.runs_dir))
+    try:
+        header = read_header(path)
+    except ConfigurationError as exc:
+        raise UsageError(str(exc)) from None
+    if not header.tree_ref:
+        raise UsageError(f"the journal {path} does not say which tree it ran")
+    defined = load_agent(header.tree_ref)
+    try:
+        check_tree(header, defined, path)
+    except ConfigurationError as exc:
+        raise UsageError(str(exc)) from None
+    if args.model is None and isinstance(header.options.get("model"), str):
+        args.model = header.options["model"]
+    plan = _JournalPlan(path, header.tree_ref, resume=True, recorded_limits=header.options)
+    return _launch(args, defined, header.prompt, header.run_id, plan)
+
+
+class _JournalPlan:
+    """The journal a CLI run writes: a new one at ``path``, or (``resume``) the one there."""
+
+    def __init__(
+        self,
+        path: Path,
+        tree_ref: str,
+        *,
+        resume: bool = False,
+        recorded_limits: dict[str, Any] | None = None,
+    ) -> None:
+        self.path = path
+        self.tree_ref = tree_ref
+        self.resume = resume
+        self.options = recorded_limits or {}
+
+    def open(
+        self, defined: Agent, prompt: str, run_id: str, model: str | None, limits: Limits | None
+    ) -> SQLiteJournal:
+        from ..core.journal_sqlite import SQLiteJournal
+        from ..core.resume import journal_header
+
+        try:
+            if self.resume:
+                return SQLiteJournal.open(self.path)
+            header = journal_header(
+                defined, prompt, run_id, tree_ref=self.tree_ref, model=model, limits=limits
+            )
+            return SQLiteJournal.create(self.path, header)
+        except ConfigurationError as exc:
+            raise UsageError(str(exc)) from None
+        except OSError as exc:  # a folder that cannot hold it
+            raise UsageError(f"cannot write the run's journal to {self.path}: {exc}") from None
+
+
+def _tree_ref(target: str) -> str:
+    """``FILE.py[:NAME]`` with the file's absolute path (a resume may run from elsewhere)."""
+    if os.path.exists(target):
+        return str(Path(target).resolve())
+    head, _, name = target.rpartition(":")
+    return f"{Path(head).resolve()}:{name}"
+
+
+def _journal_path(run: str, runs_dir: Path) -> Path:
+    """The journal ``run`` names: a file, a run id, or a unique prefix of one."""
+    as_path = Path(run).expanduser()
+    if as_path.is_file():
+        return as_path
+    found = sorted(runs_dir.glob(f"{glob.escape(run)}*.db")) if runs_dir.is_dir() else []
+    if not found:
+        raise UsageError(f"no journal of a run {run!r} in {runs_dir}")
+    if len(found) > 1:
+        names = ", ".join(p.stem for p in found[:8])
+        raise UsageError(f"{run!r} matches {len(found)} journals ({names}); be more specific")
+    return found[0]
+
+
+def _use_corpus(args: argparse.Namespace) -> None:
     # read by the research tools when they first open the corpus; a folder asked for by name
     # (the option, or the variable set on purpose) must exist, or every search would fail
     # and the run would still "complete"
@@ -318,29 +462,66 @@ def cmd_run(args: argparse.Namespace) -> int:
         corpus = Path(os.environ["ORCHESTRATOR_CORPUS"]).expanduser()  # as the corpus reads it
         if not corpus.is_dir():
             raise UsageError(f"ORCHESTRATOR_CORPUS: no such folder: {corpus}")
-    agent = load_agent(args.target)
+
+
+def _launch(
+    args: argparse.Namespace,
+    defined: Agent,
+    prompt: str,
+    run_id: str,
+    journal_plan: _JournalPlan | None,
+) -> int:
+    """Run (or resume) the tree ``defined`` with the command line's options applied."""
+    from ..tracing.setup import configure_tracing
+
+    agent = defined
+    mcp_names = [spec.partition("=")[0].strip() for spec in args.mcp]
+    if args.mcp:  # the root's tools, so subagents inheriting its tools get them too
+        agent = _with_mcp_servers(agent, args.mcp)
     try:
         limits = _limits_from(args)
+        if journal_plan is not None and journal_plan.resume and limits is None:
+            from ..core.resume import recorded_limits
+
+            limits = recorded_limits(journal_plan.options)
     except ConfigurationError as exc:
         raise UsageError(str(exc)) from None
     model = _model_spec(args.model)
     if args.override_model is not None:  # every agent, whatever its definition names
         forced = _model_spec(args.override_model)
         agent = agent.map_tree(lambda a: a.replace(model=forced))
-    agent, model, offline = offline_fallback(agent, model)
+    if args.max_output_tokens is not None:  # a cap: it never raises a definition's own
+        cap = args.max_output_tokens
+        if cap < 1:
+            raise UsageError(f"--max-output-tokens must be a positive integer, got {cap}")
+        agent = agent.map_tree(lambda a: a.replace(max_output_tokens=min(a.max_output_tokens, cap)))
+    agent, model, swapped = offline_providers(agent, model)
+    offline = bool(swapped)
     err = sys.stderr
     if offline and not (args.json or args.quiet):
-        err.write(
-            "No ANTHROPIC_API_KEY set: running on the offline model (deterministic, no LLM).\n"
-        )
+        err.write(_offline_note(swapped))
     if args.dry_run:
         return _dry_run(agent, model, limits, args)
-    run_id = uuid.uuid4().hex
     runs_dir = Path(args.runs_dir)
+    trace_name = f"{run_id}.jsonl"
+    if journal_plan is not None and journal_plan.resume:  # a new trace, beside the first
+        n = 2
+        while (runs_dir / f"{run_id}.resumed{n}.jsonl").exists():
+            n += 1
+        trace_name = f"{run_id}.resumed{n}.jsonl"
     try:
-        setup = configure_tracing(run_file=runs_dir / f"{run_id}.jsonl")
+        setup = configure_tracing(run_file=runs_dir / trace_name)
     except ConfigurationError as exc:  # e.g. an OTEL_* variable with a value we cannot use
         raise UsageError(f"tracing: {exc}") from None
+    try:  # after the runs folder was checked (its trace file goes there too)
+        journal = (
+            None
+            if journal_plan is None
+            else journal_plan.open(defined, prompt, run_id, model, limits)
+        )
+    except BaseException:
+        setup.shutdown()
+        raise
     quiet = args.quiet or args.json
     progress = "none" if quiet else ("live" if sys.stderr.isatty() else "plain")
     started = time.perf_counter()
@@ -349,20 +530,27 @@ def cmd_run(args: argparse.Namespace) -> int:
         result = trio.run(
             lambda: _run_tree(
                 agent,
-                args.prompt,
+                prompt,
                 model=model,
                 limits=limits,
                 run_id=run_id,
+                journal=journal,
                 progress=progress,
                 out=err,
+                log_dir=runs_dir,  # an MCP server's stderr log beside the trace
             )
         )
     except ConfigurationError as exc:
         raise UsageError(str(exc)) from None
     finally:
+        if journal is not None:
+            journal.close()
         if result is None:  # no answer to keep safe first
             setup.shutdown()
     wall = time.perf_counter() - started
+    if _mcp_did_not_start(result, mcp_names):  # bad input on the command line: exit 2
+        setup.shutdown()
+        raise UsageError(str(result.error))
     # an endpoint's user and password (https://user:token@host) are not for a log
     where = without_userinfo(setup.endpoint) if setup.endpoint else "not exported"
     trace = str(setup.trace_file) if setup.trace_file else where
@@ -403,7 +591,7 @@ def _write_answer(
             "wall_s": round(wall, 3),
             "trace": trace,
             "offline": offline,
-            "tree": result.to_dict(),
+            "tree": result.to_dict(messages=bool(getattr(args, "transcripts", False))),
         }
         _write_stdout(json.dumps(_redacted(payload, secrets)) + "\n")
     elif result.output:
@@ -442,6 +630,34 @@ def _model_spec(name: str | None) -> str | None:
     return name
 
 
+def _with_mcp_servers(agent: Agent, specs: list[str]) -> Agent:
+    """The root with the ``--mcp`` servers added to its tools."""
+    from ..toolsets.mcp import server_from_spec
+
+    try:
+        servers = [server_from_spec(spec) for spec in specs]
+    except ConfigurationError as exc:
+        raise UsageError(str(exc)) from None
+    names = [s.name for s in servers]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise UsageError(f"--mcp {twice[0]}: two servers have this name")
+    try:
+        return agent.replace(tools=[*(agent.tools or ()), *agent.toolsets, *servers])
+    except ConfigurationError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _mcp_did_not_start(result: RunResult, names: list[str]) -> bool:
+    """Whether the run ended before its first model call because a ``--mcp`` server did not
+    start (the command line's input, like a file that is not there)."""
+    return (
+        result.status is RunStatus.ERROR
+        and result.total_turns == 0
+        and any((result.error or "").startswith(f"MCP server {n!r} ") for n in names)
+    )
+
+
 def _dry_run(
     agent: Agent, model: str | None, limits: Limits | None, args: argparse.Namespace
 ) -> int:
@@ -449,6 +665,7 @@ def _dry_run(
 
     try:
         report = worst_case(agent, limits, default_model=model)
+        report.update(_toolset_report(agent, Path(args.runs_dir)))
     except ConfigurationError as exc:  # an invalid tree: one line, exit 2, like a real run
         raise UsageError(str(exc)) from None
     if args.json:  # JSON has no Infinity (strict parsers refuse it): unbounded is null
@@ -461,3 +678,28 @@ def _dry_run(
         for key, value in report.items():
             sys.stdout.write(terminal_safe(f"{key}: {value}") + "\n")
     return 0
+
+
+def _toolset_report(agent: Agent, runs_dir: Path) -> dict[str, Any]:
+    """The tools each agent gets from its toolsets (MCP servers) and their policy: listing
+    them means starting each server, as a run would (and stopping it)."""
+    from ..core.agent import AgentTree
+    from ..core.policy import Policy
+    from ..core.toolset import list_toolsets
+
+    tree = AgentTree(agent)
+    if not tree.toolsets:
+        return {}
+    resolved, failure = trio.run(list_toolsets, tree, runs_dir)
+    if failure is not None:
+        raise UsageError(failure)
+    report: dict[str, Any] = {
+        "toolsets": f"started {len({ts.source for ts in tree.toolsets})} to list their tools"
+    }
+    root_policy = agent.policy or Policy()
+    for name, tools in resolved.items():
+        own = tree.by_name[name].policy
+        policy = root_policy if own is None else own.combine(root_policy)
+        listed = [f"{t} ({policy.decide(t).value})" for t in tools]
+        report[f"tools of {name}"] = ", ".join(listed) or "none"
+    return report

@@ -9,17 +9,17 @@ name before the first model call, so a typo fails fast instead of deep inside a 
 from __future__ import annotations
 
 import difflib
-import fnmatch
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypedDict, Unpack
 
 from ..models.base import Model, resolve_model
 from .compaction import ContextPolicy
 from .errors import ConfigurationError
 from .limits import Limits, tree_wide_limits
-from .policy import Policy
+from .policy import Policy, is_pattern
 from .tools import Tool, tool
+from .toolset import Toolset
 
 __all__ = ["Agent", "AgentTree"]
 
@@ -35,7 +35,7 @@ class AgentChanges(TypedDict, total=False):
     instructions: str
     description: str
     model: Model | str | None
-    tools: Iterable[Tool | Callable[..., Any]] | None
+    tools: Iterable[Tool | Toolset | Callable[..., Any]] | None
     subagents: Sequence[Agent | str]
     limits: Limits | None
     policy: Policy | None
@@ -50,9 +50,11 @@ class Agent:
     """An agent definition: instructions, model, tools, subagents, limits, policy.
 
     ``tools=None`` means "the parent's tools" for a subagent (and no tools for a root);
-    an explicit list means exactly those tools. ``model`` is a :class:`Model` or a string such
-    as ``"anthropic:claude-sonnet-5-5"`` or ``"offline"``; without one, the agent uses its
-    parent's model, then the run's default.
+    an explicit list means exactly those tools. The list may hold toolsets (an
+    :class:`~orchestrator.mcp.MCPServer`): their tools are known once the run opens them, and
+    come after the agent's own tools (:attr:`toolsets`). ``model`` is a :class:`Model` or a
+    string such as ``"anthropic:claude-sonnet-5-5"`` or ``"offline"``; without one, the agent
+    uses its parent's model, then the run's default.
     """
 
     __slots__ = (
@@ -66,6 +68,7 @@ class Agent:
         "policy",
         "subagents",
         "tools",
+        "toolsets",
     )
 
     name: str
@@ -73,6 +76,8 @@ class Agent:
     description: str
     model: Model | str | None
     tools: tuple[Tool, ...] | None
+    toolsets: tuple[Toolset, ...]
+    """Toolsets of the ``tools`` list (their tools are the run's to open), in list order."""
     subagents: tuple[Agent | str, ...]
     limits: Limits | None
     policy: Policy | None
@@ -86,7 +91,7 @@ class Agent:
         *,
         description: str = "",
         model: Model | str | None = None,
-        tools: Iterable[Tool | Callable[..., Any]] | None = None,
+        tools: Iterable[Tool | Toolset | Callable[..., Any]] | None = None,
         subagents: Sequence[Agent | str] = (),
         limits: Limits | None = None,
         policy: Policy | None = None,
@@ -113,13 +118,18 @@ class Agent:
         if not isinstance(description, str):
             raise ConfigurationError(f"agent {name!r}: description must be a string")
         # one tool or one name where a list belongs would be iterated (a name letter by letter)
-        if tools is not None and (isinstance(tools, str | Tool) or callable(tools)):
+        if tools is not None and (isinstance(tools, str | Tool | Toolset) or callable(tools)):
             raise ConfigurationError(f"agent {name!r}: tools must be a list, got {tools!r}")
         if isinstance(subagents, str | Agent):
             raise ConfigurationError(f"agent {name!r}: subagents must be a list, got {subagents!r}")
         built: tuple[Tool, ...] | None = None
+        toolsets: tuple[Toolset, ...] = ()
         if tools is not None:
-            built = tuple(t if isinstance(t, Tool) else tool(t) for t in tools)
+            listed = tuple(tools)
+            toolsets = tuple(t for t in listed if isinstance(t, Toolset))
+            built = tuple(
+                t if isinstance(t, Tool) else tool(t) for t in listed if not isinstance(t, Toolset)
+            )
             seen: set[str] = set()
             for t in built:
                 if t.name in seen:
@@ -140,6 +150,7 @@ class Agent:
         object.__setattr__(self, "description", description)
         object.__setattr__(self, "model", model)
         object.__setattr__(self, "tools", built)
+        object.__setattr__(self, "toolsets", toolsets)
         object.__setattr__(self, "subagents", subs)
         object.__setattr__(self, "limits", limits)
         object.__setattr__(self, "policy", policy)
@@ -171,7 +182,7 @@ class Agent:
         fields: dict[str, Any] = {
             "description": self.description,
             "model": self.model,
-            "tools": self.tools,
+            "tools": None if self.tools is None else (*self.tools, *self.toolsets),
             "subagents": self.subagents,
             "limits": self.limits,
             "policy": self.policy,
@@ -238,8 +249,16 @@ class AgentTree:
                 else:
                     resolved.append(s)
             self._subagents[agent.name] = tuple(resolved)
+        views: dict[int, Toolset] = {}
+        for agent in self.by_name.values():
+            for ts in agent.toolsets:
+                views.setdefault(id(ts), ts)
+        self.toolsets: tuple[Toolset, ...] = tuple(views.values())
+        """Every toolset an agent of the tree lists (opened by the run when it starts)."""
+        self._run_policy = run_policy
         self._check_limits(run_limits)
-        self._check_policies(run_policy)
+        if not self.toolsets:  # else once the run has opened them and their tools have names
+            self._check_policies(run_policy)
 
     def subagents_of(self, agent: Agent) -> tuple[Agent, ...]:
         """The resolved subagents of ``agent``."""
@@ -276,16 +295,23 @@ class AgentTree:
                 )
             pending.extend((child, cap) for child in self._subagents[agent.name])
 
-    def _check_policies(self, run_policy: Policy | None) -> None:
+    def check_policies(self, opened: Mapping[str, Mapping[str, Tool]]) -> None:
+        """The policy check of a tree holding toolsets, once the run has opened them:
+        ``opened`` holds the tools of each agent that lists toolsets."""
+        self._check_policies(self._run_policy, opened)
+
+    def _check_policies(
+        self, run_policy: Policy | None, opened: Mapping[str, Mapping[str, Tool]] | None = None
+    ) -> None:
         """Refuse a policy rule that names no tool it could ever apply to.
 
-        A rule is matched by the exact tool name (there are no patterns), so a typo
-        (``"delete-all"`` for ``delete_all``) would leave the real tool allowed. An agent's
+        An exact rule names one tool, so a typo (``"delete-all"`` for ``delete_all``) would
+        leave the real tool allowed; a pattern (``"fs__*"``) may match none. An agent's
         policy applies to the agent and, combined into theirs, to every agent it can run
         under it: its rules must name a tool one of them can hold. The run's policy applies
         to the whole tree. ``spawn_subagent`` is a tool of every agent that has subagents.
         """
-        held = self._tools_held()
+        held = self._tools_held(opened or {})
         for agent in self.by_name.values():
             if agent.policy is not None and agent.policy.rules:
                 under = set().union(*(held[a] for a in self._reachable(agent.name)))
@@ -299,7 +325,7 @@ class AgentTree:
             everywhere = set().union(*held.values())
             _check_rules(run_policy, everywhere, "the run's policy", "the tree's agents")
 
-    def _tools_held(self) -> dict[str, set[str]]:
+    def _tools_held(self, opened: Mapping[str, Mapping[str, Tool]]) -> dict[str, set[str]]:
         """The names of the tools each agent can hold, over every parent it can run under: its
         own list, or (``tools=None``) what its parent holds, the spawn tool aside; plus the
         spawn tool if it has subagents. (Spawns may only narrow these.)"""
@@ -311,7 +337,12 @@ class AgentTree:
             if (agent.name, inherited) in seen:
                 continue
             seen.add((agent.name, inherited))
-            names = set(inherited) if agent.tools is None else {t.name for t in agent.tools}
+            if agent.tools is None:
+                names = set(inherited)
+            elif agent.name in opened:  # its own tools and its toolsets'
+                names = set(opened[agent.name])
+            else:
+                names = {t.name for t in agent.tools}
             children = self._subagents[agent.name]
             if children:
                 names.add(SPAWN_TOOL)
@@ -336,14 +367,9 @@ def _check_rules(policy: Policy, tools: set[str], whose: str, holders: str) -> N
     """Raise a ConfigurationError naming the first rule of ``policy`` that names none of
     ``tools``, with the closest tool name."""
     for rule in policy.rules:
-        if rule in tools:
+        if rule in tools or is_pattern(rule):  # a pattern may match none (say, after only())
             continue
-        if any(c in rule for c in "*?["):
-            matching = sorted(t for t in tools if fnmatch.fnmatchcase(t, rule))
-            hint = "rules name tools exactly (patterns are not supported)"
-            if matching:
-                hint += f"; write a rule for each of {', '.join(map(repr, matching))}"
-        elif rule == SPAWN_TOOL:
+        if rule == SPAWN_TOOL:
             hint = "only an agent with subagents holds it"
         else:
             close = difflib.get_close_matches(rule, sorted(tools), n=1, cutoff=0.6)

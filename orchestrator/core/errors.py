@@ -5,7 +5,15 @@ tool result the model can react to, and an agent that cannot go on ends with a
 :class:`~orchestrator.RunStatus`. The exceptions below are for the cases a program must handle:
 a definition that cannot run (raised when the agent, tool or tree is built), a failed run the
 caller asked to be raised (:meth:`RunResult.raise_for_status`), and model errors that adapters
-raise for the loop to turn into statuses.
+raise for the loop to turn into statuses::
+
+    OrchestratorError
+    +-- ConfigurationError (also a ValueError)   a definition that cannot run
+    +-- ToolError                                a tool's own words for the model
+    +-- ModelError                               a model call failed (``fatal``, ``kind``)
+    |   +-- ContextWindowExceeded                the input is longer than the context window
+    +-- RunFailedError                           ``RunResult.raise_for_status()``
+    +-- BudgetExceeded, PricingFailed            (core.limits) the ledger's, caught by the loop
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ConfigurationError",
+    "ContextWindowExceeded",
     "ModelError",
     "OrchestratorError",
     "RunFailedError",
@@ -55,6 +64,11 @@ class ModelError(OrchestratorError):
     (complete answers the adapter could not use), counted in the run's usage and budget.
     """
 
+    def __new__(cls, message: str = "", *, kind: str = "model_error", **_: object) -> ModelError:
+        if cls is ModelError and kind == ContextWindowExceeded.KIND:
+            cls = ContextWindowExceeded  # the type the loop decides on
+        return super().__new__(cls, message)
+
     def __init__(
         self,
         message: str,
@@ -67,6 +81,20 @@ class ModelError(OrchestratorError):
         self.fatal = fatal
         self.kind = kind
         self.usage = usage
+
+
+class ContextWindowExceeded(ModelError):
+    """The provider refused the request because its input is longer than the model's context
+    window (the agent compacts and asks again, if its context policy allows).
+
+    ``ModelError(..., kind="context_exceeded")`` builds one too, so adapters and test models
+    written against the plain class keep working.
+    """
+
+    KIND = "context_exceeded"
+
+    def __init__(self, message: str, *, usage: Usage | None = None, **_: object) -> None:
+        super().__init__(message, fatal=False, kind=self.KIND, usage=usage)
 
 
 class RunFailedError(OrchestratorError):

@@ -44,6 +44,7 @@ from .events import ToolFinished, ToolStarted
 from .messages import ToolResultBlock, ToolUseBlock, canonical_json, well_formed
 from .policy import Decision, PendingCall
 from .redact import redact
+from .runner import ParentSide
 from .state import AgentNode, RunState, _AskInOrder
 from .tools import (
     Tool,
@@ -106,11 +107,16 @@ async def _call_one(
         held = node.tools.get(call.name)
         decision = node.policy.decide(call.name)
         refused_as = "refused"
-        if held is not None and decision is Decision.ALLOW:
+        replay = None if run.journal is None else await _replayed(node, run, call, held)
+        if replay is not None:  # what the journal recorded of the call stands for it
+            refusal, result = None, replay
+        elif held is not None and decision is Decision.ALLOW:
             refusal = None  # the common case, without building the approver's view of the call
         else:
             refusal, refused_as = await _screen(node, run, index, call, held, decision)
-        if refusal is not None:
+        if replay is not None:
+            pass
+        elif refusal is not None:
             result = error_result(call.id, refusal, node.runtime.max_result_chars, refused_as)
             if node.spawns is not None:  # a declined spawn's agent allowance goes back now
                 node.spawns.decline(node, node.turns, index)
@@ -128,7 +134,9 @@ async def _call_one(
                     node.depth,
                     run.deps,
                     call.id,
-                    (run, node, (node.turns, index), s),
+                    node.turns,
+                    s,
+                    ParentSide(run, node, node.turns, index, s) if t.runtime_tool else None,
                 )
                 if t.takes_context
                 else None
@@ -139,6 +147,10 @@ async def _call_one(
             if cap is not None and cap < runtime.max_result_chars:
                 runtime = dataclasses.replace(runtime, max_result_chars=cap)
             try:
+                if run.journal is not None:  # before its side effects, on record
+                    await run.journaled(
+                        run.journal.tool_started(node.path, node.turns, call.id, t.idempotent)
+                    )
                 result = await execute(t, call, ctx, runtime)
             except BaseException as exc:
                 if run.events.enabled:  # a call cut off still ends, for a progress display
@@ -146,11 +158,42 @@ async def _call_one(
                 if interrupted_by_signal(exc):
                     await _stop_for_signal(run, exc)
                 raise
+        if run.journal is not None and replay is None:  # on record before the model sees it
+            await run.journaled(run.journal.record_result(node.path, node.turns, call.id, result))
         results[index] = result
         if run.tracer:
             spans.record_tool_result(s, result, run.capture)
         if run.events.enabled:
             run.events.emit(ToolFinished(node.path, call.name, call.id, result.is_error))
+
+
+OUTCOME_UNKNOWN = (
+    "the run stopped while this call was in flight, and its outcome is unknown (it may or may "
+    "not have taken effect): check before calling it again"
+)
+
+
+async def _replayed(
+    node: AgentNode, run: RunState, call: ToolUseBlock, held: Tool | None
+) -> ToolResultBlock | None:
+    """The result a journal recorded for ``call`` (an earlier run of this one made it), or
+    ``None`` to run the call. A call that started and has no result was in flight when that
+    run stopped: an idempotent one runs again; any other gets an ``is_error`` result saying
+    its outcome is unknown. A spawn always runs: its child replays its own record, so the
+    result tree is whole."""
+    assert run.journal is not None
+    recorded = await run.journaled(run.journal.lookup_call(node.path, node.turns, call.id))
+    if recorded is None or (held is not None and held.runtime_tool):
+        return None
+    if recorded.result is not None:
+        return recorded.result
+    if held is not None and held.idempotent:
+        return None
+    unknown = error_result(
+        call.id, OUTCOME_UNKNOWN, node.runtime.max_result_chars, "outcome_unknown"
+    )
+    await run.journaled(run.journal.record_result(node.path, node.turns, call.id, unknown))
+    return unknown
 
 
 async def _screen(

@@ -10,6 +10,7 @@ shortening, the summary request) are :mod:`.compaction`'s, which sits below the 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -24,7 +25,7 @@ from .compaction import (
     shorten_kept_results,
     summary_request,
 )
-from .errors import ModelError, exception_type
+from .errors import ContextWindowExceeded, ModelError, exception_type
 from .events import ModelTextDelta, ModelToolCallStarted
 from .limits import BudgetExceeded, PricingFailed
 from .messages import Message, Usage, clamp_usage, text_of
@@ -33,12 +34,29 @@ from .result import RunStatus
 from .state import AgentNode, RunState, _LoopState
 from .tools import admit_response, describe_exception
 
-__all__ = ["context_window"]
+__all__ = ["CONTEXT_FULL", "ContextFull", "Ended", "context_window", "replayed"]
 
 _SUMMARY_STOPS = frozenset({"end_turn", "stop_sequence", "tool_use", "max_tokens"})
 """Stop reasons whose text may stand as a checkpoint summary (the loop's ``_DONE`` and two more)."""
-CONTEXT_FULL = ModelResponse((), "model_context_window_exceeded")
-"""Returned by ``_generate`` when the provider refused the input as too long."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """A step's result when the agent ends: its status and why (or its answer)."""
+
+    status: RunStatus
+    reason: str | None = None
+    output: str = ""
+
+
+class ContextFull:
+    """A model call's result when the provider refused the input as too long (the agent may
+    compact and ask again)."""
+
+    __slots__ = ()
+
+
+CONTEXT_FULL = ContextFull()
 
 
 def _turn_attributes(run_id: str, turn: int, path: str) -> dict[str, Any]:
@@ -54,22 +72,27 @@ def context_window(model: Model) -> int | None:
     return window if isinstance(window, int) else None
 
 
-async def _fit_context(node: AgentNode, run: RunState, state: _LoopState) -> tuple[int, bool]:
-    """Clear old tool results and compact as the agent's context policy says."""
+async def _fit_context(
+    node: AgentNode, run: RunState, state: _LoopState
+) -> tuple[int, bool, Ended | None]:
+    """Clear old tool results and compact as the agent's context policy says: how many results
+    were cleared, whether it compacted, and how the agent ends if compacting failed."""
     policy = node.context
     cleared = 0
     if policy.clear_results_after is not None:
         cleared = node.clear_old_results()  # incremental, in place
     threshold = state.compaction_threshold
     if threshold is not None and node.estimate() > threshold and len(node.messages) > 1:
-        return cleared, await _compact(node, run, state)
-    return cleared, False
+        ended = await _compact(node, run, state)
+        return cleared, ended is None, ended
+    return cleared, False, None
 
 
 async def _compact(
     node: AgentNode, run: RunState, state: _LoopState, *, overflow: bool = False
-) -> bool:
-    """Replace the transcript by a checkpoint summary the model writes; False if the agent ended.
+) -> Ended | None:
+    """Replace the transcript by a checkpoint summary the model writes; how the agent ends if
+    it cannot (``None``: compacted).
 
     After the provider refused the input as too long (``overflow``), the summary request
     cannot carry the same transcript: every tool result is cleared from it first, and the
@@ -101,13 +124,13 @@ async def _compact(
             )
             if response is not CONTEXT_FULL:
                 break
-        if node.status is not None:  # the call ended the agent (a model error, the budget)
-            spans.record_outcome(s, node.status.value, node.traced_error(run.capture))
-            return False
+        if isinstance(response, Ended):  # the call ended the agent (a model error, the budget)
+            spans.record_outcome(s, response.status.value, response.reason)
+            return response
         # a refusal or a reply the loop does not know must not replace the transcript as if it
         # were a summary; a summary cut by max_tokens (most of it) or followed by a tool call
         # (its text) is kept
-        if response is None or response is CONTEXT_FULL:
+        if isinstance(response, ContextFull):
             summary, reason = (
                 "",
                 "the transcript exceeded the context window and could not be compacted",
@@ -122,9 +145,8 @@ async def _compact(
             summary = text_of(response.content)
             reason = "the transcript is too long and the model wrote no checkpoint summary"
         if not summary.strip():
-            node.finish(RunStatus.CONTEXT_EXCEEDED, reason)
             spans.record_outcome(s, RunStatus.CONTEXT_EXCEEDED.value, reason)
-            return False
+            return Ended(RunStatus.CONTEXT_EXCEEDED, reason)
         before = node.estimate()
         node.replace_messages(compacted_transcript(node.task, summary))
         state.cut_text = ()  # a cut answer's pieces are in the summary now, if anywhere
@@ -136,7 +158,7 @@ async def _compact(
                 }
             )
             spans.record_outcome(s, "ok", None)
-        return True
+        return None
 
 
 async def _generate(
@@ -145,10 +167,9 @@ async def _generate(
     specs: list[ToolSpec],
     max_tokens: int,
     messages: list[Message] | None = None,
-) -> ModelResponse | None:
-    """One model call under the ledger and the concurrency limit.
-
-    ``None`` if the agent ended; :data:`CONTEXT_FULL` if the provider said the input is too long.
+) -> ModelResponse | ContextFull | Ended:
+    """One model call under the ledger and the concurrency limit: the reply, :data:`CONTEXT_FULL`
+    if the provider said the input is too long, or how the agent ends (the budget, an error).
     """
     model = node.model
     estimate = node.estimate()
@@ -166,12 +187,10 @@ async def _generate(
         if not reservation.ledgers:  # it did not fit at once
             await ledger.reserve(reservation)
     except BudgetExceeded as exc:
-        node.finish(RunStatus.BUDGET_EXCEEDED, str(exc))
-        return None
+        return Ended(RunStatus.BUDGET_EXCEEDED, str(exc))
     except PricingFailed as exc:  # a model adapter bug: end this agent, not the tree
         cause = exc.__cause__ if isinstance(exc.__cause__, Exception) else exc
-        node.finish(RunStatus.ERROR, f"the model's cost() failed: {describe_exception(cause)}")
-        return None
+        return Ended(RunStatus.ERROR, f"the model's cost() failed: {describe_exception(cause)}")
     request = ModelRequest(
         node.agent.instructions,
         tuple(node.messages if messages is None else messages),
@@ -211,7 +230,7 @@ async def _generate(
                 else None,
                 cut=partial(run.cut_outcome, node) if run.tracer else None,
             ) as s:
-                response: ModelResponse | None
+                response: ModelResponse | ContextFull | Ended
                 try:
                     answered = await checkpointed(model.request(request, ctx), run.cut_answers)
                     if not isinstance(answered, ModelResponse):
@@ -233,7 +252,7 @@ async def _generate(
         finally:
             node.limiters.release()
         if usage is None:
-            usage = Usage() if response is None else response.usage  # CONTEXT_FULL's is zero
+            usage = response.usage if isinstance(response, ModelResponse) else Usage()
     finally:
         if usage is None and run.cut_answers:  # answered, then cut before it could be used
             cut = run.cut_answers.pop()
@@ -241,9 +260,21 @@ async def _generate(
             if usage is not None:
                 _bill(node, usage)
         node.ledger.settle(reservation, usage)
-    if response is None or response is CONTEXT_FULL:  # billed above if anything was billed
+    if not isinstance(response, ModelResponse):  # billed above if anything was billed
         return response
     _bill(node, usage)
+    return response
+
+
+def replayed(node: AgentNode, response: ModelResponse) -> ModelResponse | Ended:
+    """A response a journal recorded for this turn, taken in as if the model had just sent it:
+    admitted like any reply, and billed (to the agent and its budgets) as it was then."""
+    try:
+        response = admit_response(response)
+    except TypeError as exc:
+        return Ended(RunStatus.ERROR, f"the journal's recorded response is malformed: {exc}")
+    node.ledger.spend(response.usage)
+    _bill(node, response.usage)
     return response
 
 
@@ -261,21 +292,19 @@ def _bill(node: AgentNode, usage: Usage) -> None:
     )
 
 
-def _failed_call(node: AgentNode, run: RunState, s: Any, exc: Exception) -> ModelResponse | None:
-    """A model call raised: :data:`CONTEXT_FULL` for "input too long", else end the agent (or
-    the whole run, for a fatal provider error) and return ``None``."""
+def _failed_call(node: AgentNode, run: RunState, s: Any, exc: Exception) -> ContextFull | Ended:
+    """A model call raised: :data:`CONTEXT_FULL` for "input too long", else how the agent ends
+    (for a fatal provider error, the whole run ends too)."""
     if isinstance(exc, ModelError):
         spans.record_outcome(s, exc.kind, str(exc))
-        if exc.kind == "context_exceeded":
+        if isinstance(exc, ContextWindowExceeded):
             return CONTEXT_FULL
         if exc.fatal:
             run.fail(redact(str(exc)))
-        node.finish(RunStatus.ERROR, str(exc))
-        return None
+        return Ended(RunStatus.ERROR, str(exc))
     # a model adapter or FunctionModel bug: end this agent
     spans.record_outcome(s, exception_type(exc), describe_exception(exc))
-    node.finish(RunStatus.ERROR, f"model call raised {describe_exception(exc)}")
-    return None
+    return Ended(RunStatus.ERROR, f"model call raised {describe_exception(exc)}")
 
 
 def _model_context(run: RunState, node: AgentNode) -> ModelContext:

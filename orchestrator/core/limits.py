@@ -19,7 +19,7 @@ from typing import Any, Final
 
 import trio
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, OrchestratorError
 from .messages import Usage
 
 __all__ = [
@@ -344,7 +344,7 @@ class _Calibrations:
         return calibration
 
 
-class BudgetExceeded(Exception):
+class BudgetExceeded(OrchestratorError):
     """Internal: a reservation cannot fit and nothing outstanding could free room."""
 
 
@@ -384,7 +384,7 @@ class Slots:
             self.free += 1
 
 
-class PricingFailed(Exception):
+class PricingFailed(OrchestratorError):
     """Internal: the model's ``cost()`` raised (the cause) or returned no number of dollars."""
 
 
@@ -722,6 +722,27 @@ class Ledger:
                 lg.used_cost += cost
             if lg._queue:  # wake reservations waiting for room
                 lg._wake()
+
+    def room(self) -> tuple[float, float]:
+        """What is left of the chain's budgets now (tokens, dollars), held calls counted as
+        spent; ``inf`` where no ledger of the chain has that budget. A child run elsewhere gets
+        this as its lease."""
+        tokens = cost = math.inf
+        for lg in self._ancestry:
+            if lg.token_budget is not None:
+                tokens = min(tokens, lg.token_budget - lg.used_tokens - lg.reserved_tokens)
+            if lg.cost_budget is not None:
+                cost = min(cost, lg.cost_budget - lg.used_cost - lg.reserved_cost)
+        return max(0.0, tokens), max(0.0, cost)
+
+    def spend(self, usage: Usage) -> None:
+        """Count ``usage`` as spent on the whole chain without a reservation: a response
+        replayed from a journal, billed when it was first made."""
+        tokens = max(0, usage.input_tokens) + max(0, usage.output_tokens)
+        cost = max(0.0, usage.cost_usd)
+        for lg in self._ancestry:
+            lg.used_tokens += tokens
+            lg.used_cost += cost
 
     def describe(self, tokens: int, cost: float) -> str:
         """A one-line reason why a reservation of this size does not fit."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import operator
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -26,12 +27,14 @@ from .compaction import TurnContext
 from .events import AgentFinished, AgentStarted, TurnStarted
 from .execute import _execute
 from .generate import (
-    CONTEXT_FULL,
+    ContextFull,
+    Ended,
     _compact,
     _fit_context,
     _generate,
     _turn_attributes,
     context_window,
+    replayed,
 )
 from .limits import fixed_units
 from .messages import Message, ToolResultBlock, ToolUseBlock, text_of
@@ -92,6 +95,11 @@ async def run_agent(node: AgentNode, run: RunState) -> None:
         records_outcome=True,
     ) as s:
         try:
+            if node.parent is None and run.resumed_from is not None and s.is_recording():
+                s.add_link(run.resumed_from, {"orchestrator.link": "resumed_from"})
+            if node.parent is None and run.journal is not None:  # the run's start, on record
+                ids = s.get_span_context()
+                await run.journaled(run.journal.run_started(run.run_id, ids.trace_id, ids.span_id))
             if node.own_deadline < math.inf:  # the agent's own timeout is a cancel scope
                 with trio.CancelScope(deadline=node.own_deadline) as own_scope:
                     await _loop(node, run)
@@ -130,6 +138,28 @@ async def run_agent(node: AgentNode, run: RunState) -> None:
                 )
 
 
+@dataclass(frozen=True, slots=True)
+class ToolCalls:
+    """PARSE's result when the reply asks for tools: the calls EXECUTE runs."""
+
+    calls: list[ToolUseBlock]
+
+
+@dataclass(frozen=True, slots=True)
+class AskAgain:
+    """PARSE's result when the reply asks for another model call and no tools: in the same
+    turn with a larger output cap (``max_tokens``: a tool call was cut), after compacting
+    (``compact``: the context window filled mid-reply), or at the next turn."""
+
+    max_tokens: int | None = None
+    compact: bool = False
+
+
+NEXT_TURN = AskAgain()
+Parsed = ToolCalls | AskAgain | Ended
+"""What PARSE decides: run tools, ask again, or end the agent (an answer is ``Ended``)."""
+
+
 async def _loop(node: AgentNode, run: RunState) -> None:
     specs = tool_specs(node)
     node._fixed_chars = fixed_units(node.agent.instructions) + sum(
@@ -156,13 +186,7 @@ async def _loop(node: AgentNode, run: RunState) -> None:
             records_outcome=True,
         ) as turn_span:
             try:
-                response = await _generate_step(node, run, state, turn_span)
-                calls = [] if response is None else _parse_step(node, state, response)
-                # the reply is not kept through the next model call (its calls are, as the
-                # repeat guard's last_calls): every object alive across a wait is walked by the GC
-                response = None
-                if calls:  # none: the agent ended, or the reply asks for another model call
-                    _resume_step(node, state, await _execute(node, run, calls))
+                await _turn(node, run, state, turn_span)
             except BaseException as exc:
                 if is_cancellation(exc):  # cut from outside: say why, as the agent span will
                     status, reason = run.cut_status(node)
@@ -176,69 +200,98 @@ async def _loop(node: AgentNode, run: RunState) -> None:
                 )
 
 
+async def _turn(node: AgentNode, run: RunState, state: _LoopState, turn_span: Any) -> None:
+    """One turn: GENERATE, PARSE, then EXECUTE and RESUME when the reply calls tools."""
+    step: ModelResponse | ContextFull | Ended | None = await _generate_step(
+        node, run, state, turn_span
+    )
+    if isinstance(step, ModelResponse):
+        parsed = _parse_step(node, state, step)
+        if isinstance(parsed, AskAgain) and parsed.max_tokens is not None:
+            # a tool call cut by max_tokens: the same turn's call again, with a larger cap
+            step = await _call_model(node, run, state, parsed.max_tokens, again=True)
+            if isinstance(step, ModelResponse):
+                node.turn_log.pop()  # the turn is the retried call's: the cut one was dropped
+                _record_turn(node, run, turn_span, step, state)
+                parsed = _parse_step(node, state, step, larger_cap=True)
+            elif isinstance(step, ContextFull):
+                parsed = Ended(RunStatus.CONTEXT_EXCEEDED, CONTEXT_EXCEEDED_REASON)
+            else:
+                parsed = step
+        step = None  # not kept through EXECUTE: every object alive across a wait is walked by GC
+        if isinstance(parsed, ToolCalls):
+            _resume_step(node, state, await _execute(node, run, parsed.calls))
+            return
+        if isinstance(parsed, AskAgain) and parsed.compact:
+            # the reply was cut by a full context window: it is not kept, a checkpoint summary
+            # replaces the transcript, and the next turn asks again
+            state.context_retry = True
+            ended = await _compact(node, run, state, overflow=True)
+            if ended is None:
+                state.compacted_since_last_turn = True
+                parsed = _turns_left(node, state, "after compacting") or NEXT_TURN
+            else:
+                parsed = ended
+        if isinstance(parsed, Ended):
+            node.finish(parsed.status, parsed.reason, parsed.output)
+    elif isinstance(step, Ended):
+        node.finish(step.status, step.reason, step.output)
+
+
 async def _generate_step(
     node: AgentNode, run: RunState, state: _LoopState, turn_span: Any
-) -> ModelResponse | None:
-    """GENERATE: fit the context, call the model; ``None`` when there is nothing to parse.
+) -> ModelResponse | Ended:
+    """GENERATE: fit the context, call the model; the reply to parse, or how the agent ends.
 
-    ``None`` means the agent ended, or it compacted after a reply cut by a full context window
-    and the next turn asks again. A provider's "input too long" compacts and retries at once;
-    a tool call cut by ``max_tokens`` is retried once with a larger output cap.
+    A provider's "input too long" compacts and retries at once. What the reply's
+    ``stop_reason`` means is PARSE's to decide.
     """
-    cleared, compacted = 0, False
+    state.turn_cleared, compacted = 0, False
     if node.context.clear_results_after is not None or state.compaction_threshold is not None:
-        cleared, compacted = await _fit_context(node, run, state)
-    compacted, state.compacted_since_last_turn = compacted or state.compacted_since_last_turn, False
-    if node.status is not None:
-        return None
-    estimate = node.estimate()
-    max_tokens = node.agent.max_output_tokens
+        state.turn_cleared, compacted, ended = await _fit_context(node, run, state)
+        if ended is not None:
+            return ended
+    state.turn_compacted = compacted or state.compacted_since_last_turn
+    state.compacted_since_last_turn = False
+    state.turn_estimate = node.estimate()
+    response = await _call_model(node, run, state, node.agent.max_output_tokens)
+    if (
+        isinstance(response, ContextFull)
+        and state.compaction_threshold is not None
+        and not state.context_retry
+    ):
+        state.context_retry = True
+        ended = await _compact(node, run, state, overflow=True)
+        if ended is not None:
+            return ended
+        state.turn_compacted = True
+        state.turn_estimate = node.estimate()
+        response = await _call_model(node, run, state, node.agent.max_output_tokens)
+    if isinstance(response, ContextFull):
+        return Ended(RunStatus.CONTEXT_EXCEEDED, CONTEXT_EXCEEDED_REASON)
+    if isinstance(response, Ended):
+        return response
+    _record_turn(node, run, turn_span, response, state)
+    return response
+
+
+async def _call_model(
+    node: AgentNode, run: RunState, state: _LoopState, max_tokens: int, *, again: bool = False
+) -> ModelResponse | ContextFull | Ended:
+    """One model call of the turn, through the journal when the run keeps one: a response
+    recorded for this turn is used instead of calling the model, and a new one is recorded
+    before anything acts on it. ``again``: the turn's call made again with a larger output
+    cap (the cut reply recorded for the turn is not the one to use: the new one replaces it)."""
+    journal = run.journal
+    if journal is None:
+        return await _generate(node, run, state.specs, max_tokens)
+    if not again:
+        recorded = await run.journaled(journal.lookup_response(node.path, node.turns))
+        if recorded is not None:
+            return replayed(node, recorded)
     response = await _generate(node, run, state.specs, max_tokens)
-    if (
-        response is CONTEXT_FULL
-        and state.compaction_threshold is not None
-        and not state.context_retry
-    ):
-        state.context_retry = True
-        if not await _compact(node, run, state, overflow=True):
-            return None
-        compacted = True
-        estimate = node.estimate()
-        response = await _generate(node, run, state.specs, max_tokens)
-    if response is CONTEXT_FULL:
-        node.finish(RunStatus.CONTEXT_EXCEEDED, CONTEXT_EXCEEDED_REASON)
-        return None
-    if response is None:
-        return None
-    _record_turn(node, run, turn_span, estimate, cleared, compacted, response)
-    if response.stop_reason == "max_tokens" and _tool_calls(response):
-        response = await _generate(
-            node, run, state.specs, max(max_tokens, min(max_tokens * 2, MAX_OUTPUT_CAP))
-        )
-        if response is None or response is CONTEXT_FULL:
-            if node.status is None:
-                node.finish(RunStatus.CONTEXT_EXCEEDED, CONTEXT_EXCEEDED_REASON)
-            return None
-        node.turn_log.pop()  # the turn is the retried call's: the cut one was dropped
-        _record_turn(node, run, turn_span, estimate, cleared, compacted, response)
-        if response.stop_reason == "max_tokens" and _tool_calls(response):
-            node.finish(
-                RunStatus.ERROR,
-                f"a tool call was cut by max_tokens twice; raise max_output_tokens (now {max_tokens})",
-            )
-            return None
-    if (
-        response.stop_reason == "model_context_window_exceeded"
-        and state.compaction_threshold is not None
-        and not state.context_retry
-    ):
-        # the reply was cut by a full context window: it is not kept, a checkpoint summary
-        # replaces the transcript, and the next turn asks again
-        state.context_retry = True
-        if await _compact(node, run, state, overflow=True):
-            state.compacted_since_last_turn = True
-            _check_turns(node, state, "after compacting")
-        return None
+    if isinstance(response, ModelResponse):
+        await run.journaled(journal.record_response(node.path, node.turns, response))
     return response
 
 
@@ -246,12 +299,11 @@ def _record_turn(
     node: AgentNode,
     run: RunState,
     turn_span: Any,
-    estimate: int,
-    cleared: int,
-    compacted: bool,
     response: ModelResponse,
+    state: _LoopState,
 ) -> None:
     """The turn's context figures, in ``turn_log`` and on its span."""
+    estimate, cleared, compacted = state.turn_estimate, state.turn_cleared, state.turn_compacted
     usage = response.usage
     sent, cache_read = usage.input_tokens, usage.cache_read_tokens
     if usage.requests > 1:  # answers billed then retried as unusable: one request's share
@@ -269,59 +321,68 @@ def _record_turn(
         )
 
 
-def _parse_step(node: AgentNode, state: _LoopState, response: ModelResponse) -> list[ToolUseBlock]:
-    """PARSE: act on ``stop_reason``; return the tool calls to execute (none: no EXECUTE).
+def _parse_step(
+    node: AgentNode, state: _LoopState, response: ModelResponse, *, larger_cap: bool = False
+) -> Parsed:
+    """PARSE: what ``stop_reason`` and the tool calls mean. The stop-reason table, whole.
 
-    Appends the reply to the transcript. Ends the agent on an answer or a bound, and sets up
-    the next model call for ``max_tokens`` and ``pause_turn``.
+    Appends the reply to the transcript, except a reply that is asked again (a tool call cut
+    by ``max_tokens``, a reply cut by a full context window), which is dropped.
+    ``larger_cap``: the reply is the one asked again with a larger output cap.
     """
     stop = response.stop_reason
     calls = _tool_calls(response)
+    max_tokens = node.agent.max_output_tokens
+    if stop == "max_tokens" and calls:  # a tool call cut mid-way cannot run
+        if larger_cap:
+            return Ended(
+                RunStatus.ERROR,
+                f"a tool call was cut by max_tokens twice; raise max_output_tokens (now {max_tokens})",
+            )
+        return AskAgain(max_tokens=max(max_tokens, min(max_tokens * 2, MAX_OUTPUT_CAP)))
+    if (
+        stop == "model_context_window_exceeded"
+        and state.compaction_threshold is not None
+        and not state.context_retry
+    ):
+        return AskAgain(compact=True)
     if response.content:
         node.append(Message("assistant", response.content))
     if stop in _DONE and not calls:
-        node.finish(
-            RunStatus.COMPLETED, output="".join([*state.cut_text, text_of(response.content)])
-        )
-        return []
+        output = "".join([*state.cut_text, text_of(response.content)])
+        return Ended(RunStatus.COMPLETED, output=output)
     if stop == "refusal":
-        node.finish(RunStatus.REFUSAL, "the model refused to continue (stop_reason refusal)")
-        return []
-    if stop == "model_context_window_exceeded":  # and it could not compact (_generate_step)
-        node.finish(RunStatus.CONTEXT_EXCEEDED, CONTEXT_EXCEEDED_REASON)
-        return []
+        return Ended(RunStatus.REFUSAL, "the model refused to continue (stop_reason refusal)")
+    if stop == "model_context_window_exceeded":  # and it cannot compact (again)
+        return Ended(RunStatus.CONTEXT_EXCEEDED, CONTEXT_EXCEEDED_REASON)
     if stop not in _KNOWN:
-        node.finish(
+        return Ended(
             RunStatus.ERROR, f"unknown stop_reason {stop!r}; refusing to treat it as an answer"
         )
-        return []
     if stop == "max_tokens":
         if response.content:  # nothing to continue from an empty reply: just ask again
             state.cut_text = (*state.cut_text, text_of(response.content))
             node.append(Message.user(CONTINUE_PROMPT))
-        _check_turns(node, state, "while continuing a cut reply")
-        return []
+        return _turns_left(node, state, "while continuing a cut reply") or NEXT_TURN
     if stop == "pause_turn" and not calls:  # send the transcript back as it is
         state.cut_text = (*state.cut_text, text_of(response.content))  # it goes on next reply
-        _check_turns(node, state, "during pause_turn")
-        return []
+        return _turns_left(node, state, "during pause_turn") or NEXT_TURN
     if not calls:
-        node.finish(RunStatus.ERROR, "stop_reason 'tool_use' without any tool call")
-        return []
+        return Ended(RunStatus.ERROR, "stop_reason 'tool_use' without any tool call")
     state.repeats = state.repeats + 1 if _same_calls(calls, state.last_calls) else 1
     state.last_calls = calls
     if state.repeats >= state.repeat_limit:
-        node.finish(
+        return Ended(
             RunStatus.REPEAT_GUARD,
             f"the same tool calls were requested {state.repeats} turns in a row "
             f"({', '.join(sorted(c.name for c in calls))})",
         )
-        return []
-    if not _check_turns(node, state, "without a final answer"):
-        return []
+    ended = _turns_left(node, state, "without a final answer")
+    if ended is not None:
+        return ended
     state.cut_text = ()
     state.context_retry = False
-    return calls
+    return ToolCalls(calls)
 
 
 def _resume_step(node: AgentNode, state: _LoopState, results: tuple[ToolResultBlock, ...]) -> None:
@@ -341,12 +402,11 @@ def _resume_step(node: AgentNode, state: _LoopState, results: tuple[ToolResultBl
         )
 
 
-def _check_turns(node: AgentNode, state: _LoopState, when: str) -> bool:
-    """End the agent with ``max_turns`` if its last turn is used up; True if it may go on."""
+def _turns_left(node: AgentNode, state: _LoopState, when: str) -> Ended | None:
+    """``max_turns`` if the agent's last turn is used up, else ``None`` (it may go on)."""
     if node.turns >= state.max_turns:
-        node.finish(RunStatus.MAX_TURNS, f"reached max_turns ({state.max_turns}) {when}")
-        return False
-    return True
+        return Ended(RunStatus.MAX_TURNS, f"reached max_turns ({state.max_turns}) {when}")
+    return None
 
 
 def _same_calls(calls: list[ToolUseBlock], previous: list[ToolUseBlock]) -> bool:

@@ -4,12 +4,18 @@ The model only asks; this module decides. An agent's tools are allowed unless a 
 otherwise, a tool the agent does not hold is always refused, and ``confirm`` asks the approver
 (no approver means declined). A refused call never reaches its handler: the model gets an
 ``is_error`` result saying so, and can pick a permitted next step.
+
+A rule's key is a tool name or an ``fnmatch`` pattern (``"fs__*"``: every tool of an MCP server
+named ``fs``). Within one policy an exact rule wins over patterns, and among the patterns that
+match, the strictest wins; layers (an agent's, its ancestors', the run's) combine per tool, the
+stricter winning.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import fnmatch
 import inspect
 import logging
 import threading
@@ -25,10 +31,18 @@ from .errors import ConfigurationError
 from .redact import redact
 from .tools import Tool, describe_exception
 
-__all__ = ["Approver", "Decision", "PendingCall", "Policy"]
+__all__ = ["Approver", "Decision", "PendingCall", "Policy", "is_pattern"]
 
 RuleValue: TypeAlias = Literal["allow", "confirm", "deny"]
 _logger = logging.getLogger(__name__)
+_CACHED_NAMES = 4096
+"""Decisions a policy with patterns or layers remembers, per tool name (names a model makes up
+must not grow it without bound)."""
+
+
+def is_pattern(rule: str) -> bool:
+    """Whether a rule's key is an ``fnmatch`` pattern rather than a tool name."""
+    return any(c in rule for c in "*?[")
 
 
 class Decision(StrEnum):
@@ -62,9 +76,12 @@ Approver: TypeAlias = Callable[[PendingCall], bool | Awaitable[bool]]
 
 @dataclass(frozen=True)
 class Policy:
-    """Rules per tool name (``allow`` / ``confirm`` / ``deny``), a default, and an approver.
+    """Rules per tool name or pattern (``allow`` / ``confirm`` / ``deny``), a default, and an
+    approver.
 
-    ``Policy(rules={"delete_file": "confirm", "shell": "deny"}, approver=ask_user)``. The
+    ``Policy(rules={"delete_file": "confirm", "shell": "deny", "fs__*": "confirm"},
+    approver=ask_user)``: an exact rule wins over patterns; of the patterns that match a name,
+    the strictest wins. The
     approver (sync or async) gets a :class:`PendingCall` and returns True to run it; its wait
     counts against the run's deadline. Policies of an agent, its ancestors and the run combine
     with :meth:`combine`: per tool, the stricter rule wins.
@@ -78,6 +95,13 @@ class Policy:
     )
     _default: Decision = field(default=Decision.ALLOW, init=False, repr=False, compare=False)
     _approvers: tuple[Approver, ...] = field(default=(), init=False, repr=False, compare=False)
+    _patterns: tuple[tuple[str, Decision], ...] = field(
+        default=(), init=False, repr=False, compare=False
+    )
+    _layers: tuple[Policy, Policy] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+    _cache: dict[str, Decision] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.rules, Mapping):
@@ -103,15 +127,42 @@ class Policy:
                 f"Policy approver must be a callable taking a PendingCall, got {self.approver!r}"
             )
         object.__setattr__(self, "rules", dict(self.rules))
-        object.__setattr__(self, "_decisions", {k: Decision(v) for k, v in self.rules.items()})
+        object.__setattr__(
+            self,
+            "_decisions",
+            {k: Decision(v) for k, v in self.rules.items() if not is_pattern(k)},
+        )
+        object.__setattr__(
+            self,
+            "_patterns",
+            tuple((k, Decision(v)) for k, v in self.rules.items() if is_pattern(k)),
+        )
         object.__setattr__(self, "_default", Decision(self.default))
         object.__setattr__(
             self, "_approvers", (self.approver,) if self.approver is not None else ()
         )
 
     def decide(self, tool_name: str) -> Decision:
-        """The rule for ``tool_name`` (its own rule, else the default)."""
-        return self._decisions.get(tool_name, self._default)
+        """The rule for ``tool_name``: its exact rule, else the strictest pattern matching it,
+        else the default (for a combined policy: the stricter of its layers')."""
+        if self._layers is None:
+            exact = self._decisions.get(tool_name)
+            if exact is not None or not self._patterns:
+                return self._default if exact is None else exact
+        cached = self._cache.get(tool_name)
+        if cached is None:
+            cached = self._decide_slowly(tool_name)
+            if len(self._cache) < _CACHED_NAMES:
+                self._cache[tool_name] = cached
+        return cached
+
+    def _decide_slowly(self, tool_name: str) -> Decision:
+        if self._layers is not None:
+            lower, upper = self._layers
+            a, b = lower.decide(tool_name), lower._upper_rule(upper, upper.decide(tool_name))
+            return a if a.strictness >= b.strictness else b
+        matching = [d for rule, d in self._patterns if fnmatch.fnmatchcase(tool_name, rule)]
+        return max(matching, key=_STRICTNESS.__getitem__) if matching else self._default
 
     def combine(self, stricter_of: Policy | None) -> Policy:
         """One policy where, for each tool and for the default, the stricter rule wins.
@@ -131,6 +182,9 @@ class Policy:
         da, db = self._default, self._upper_rule(stricter_of, stricter_of._default)
         default: RuleValue = (da if da.strictness >= db.strictness else db).value
         combined = Policy(rules, default, self.approver or stricter_of.approver)
+        # per tool, each layer decides (exact rule, then patterns) and the stricter wins: a
+        # pattern cannot be merged into the other layer's rules without changing what it means
+        object.__setattr__(combined, "_layers", (self, stricter_of))
         approvers: list[Approver] = []
         for approver in (*self._approvers, *stricter_of._approvers):  # by identity: need not hash
             if all(approver is not seen for seen in approvers):

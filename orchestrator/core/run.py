@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -35,15 +37,20 @@ from .agent import Agent, AgentTree
 from .compaction import ContextPolicy
 from .errors import ConfigurationError
 from .events import Event, EventSink
+from .journal import Journal, NullJournal
+from .journal_sqlite import SQLiteJournal
 from .limits import Limits
 from .loop import run_agent
 from .messages import Message, is_blank, transcript_problem, well_formed
 from .policy import Policy
 from .redact import RUN_SECRETS, redact, secret_values
-from .result import RunResult
+from .result import RunResult, RunStatus
+from .resume import open_journal
+from .runner import ChildRunner
 from .spawn import make_root
 from .state import AgentNode, RunState
 from .tools import describe_exception
+from .toolset import end_before_start, open_toolsets
 
 __all__ = ["RunHandle", "open_run", "run", "run_sync"]
 
@@ -91,6 +98,12 @@ class RunHandle:
         return self._state.deadline
 
     @property
+    def startup_failure(self) -> str | None:
+        """Why the run ends before its first model call because a toolset (an MCP server) did
+        not start, else ``None``; known as soon as ``open_run`` yields."""
+        return self._state.toolset_failure
+
+    @property
     def done(self) -> bool:
         """True once the result is available."""
         return self._done.is_set()
@@ -132,11 +145,32 @@ class RunHandle:
         try:
             with state.scope:
                 state.scope.deadline = state.deadline
-                await run_agent(self._root, state)
+                if state.toolset_failure is not None:  # an MCP server did not start
+                    end_before_start(state, self._root, state.toolset_failure)
+                else:
+                    await run_agent(self._root, state)
         finally:
+            if state.toolsets is not None:  # close the servers on every way out (bounded)
+                await state.toolsets.aclose()
+            if state.journal is not None:  # on every way out, bounded
+                await _journal_end(state, self._root.status or RunStatus.ERROR)
             self._result = self._root.to_result(state.run_id)
             state.events.close()
             self._done.set()
+
+
+async def _journal_end(state: RunState, status: RunStatus) -> None:
+    """Tell the journal how the run ended, even while it is being cancelled (shielded, and
+    bounded: a journal that hangs cannot keep the run from ending)."""
+    assert state.journal is not None
+    with trio.CancelScope(shield=True) as scope:
+        scope.deadline = trio.current_time() + _CLOSE_TIMEOUT
+        try:
+            await state.journal.run_ended(state.run_id, status.value)
+        except Exception as exc:
+            _logger.warning("the run's journal failed at the end: %s", describe_exception(exc))
+    if scope.cancelled_caught:
+        _logger.warning("the run's journal did not record the run's end within %ss", _CLOSE_TIMEOUT)
 
 
 @asynccontextmanager
@@ -154,6 +188,9 @@ async def open_run(
     run_id: str | None = None,
     context: ContextPolicy | None = None,
     tool_threads: int = DEFAULT_TOOL_THREADS,
+    journal: Journal | str | os.PathLike[str] | None = None,
+    runner: ChildRunner | None = None,
+    log_dir: str | os.PathLike[str] | None = None,
 ) -> AsyncIterator[RunHandle]:
     """Start ``agent`` on ``prompt`` and yield a :class:`RunHandle`.
 
@@ -165,8 +202,14 @@ async def open_run(
     ``context`` overrides every agent's :class:`~orchestrator.context.ContextPolicy`.
     ``tool_threads`` is how many worker threads the run's sync tools may use at once (a
     timed-out sync tool keeps its thread until it returns, so a run whose sync tools hang needs
-    room for them). Raises :class:`~orchestrator.errors.ConfigurationError` before any model
-    call if the tree cannot run.
+    room for them). ``journal`` records the run as it goes: a path for a new SQLite journal
+    that :func:`~orchestrator.resume` can continue (see :mod:`.resume`), or any
+    :class:`~orchestrator.Journal` (none by default). ``runner`` runs the children (in this process by default; see :mod:`.runner`).
+    ``log_dir`` is where toolsets write their logs (a stdio MCP server's stderr; default: a
+    folder under the system's temporary one); the run opens its tree's toolsets (MCP servers)
+    before the root's first model call, and closes them when it ends.
+    Raises :class:`~orchestrator.errors.ConfigurationError` before any model call if the tree
+    cannot run.
     """
     stack = AsyncExitStack()  # closes the run's clients
     state, root = _prepare(
@@ -183,10 +226,14 @@ async def open_run(
         context,
         tool_threads,
         ClientPool(stack),
+        journal,
+        runner,
     )
     handle = RunHandle(state, root)
     try:
         async with trio.open_nursery() as nursery:
+            if state.tree.toolsets:  # before any model call; raises a ConfigurationError
+                await open_toolsets(state, root, nursery, Path(log_dir) if log_dir else None)
             nursery.start_soon(handle._drive)
             try:
                 yield handle
@@ -220,6 +267,8 @@ async def open_run(
                 _logger.warning(
                     "closing the run's model clients failed: %s", redact(describe_exception(exc))
                 )
+        if state.owned_journal is not None:
+            state.owned_journal.close()
 
 
 def _prepare(
@@ -236,6 +285,8 @@ def _prepare(
     context: ContextPolicy | None,
     tool_threads: int,
     clients: ClientPool,
+    journal: Journal | str | os.PathLike[str] | None = None,
+    runner: ChildRunner | None = None,
 ) -> tuple[RunState, AgentNode]:
     if not _in_trio():  # asyncio's loop, or no loop at all
         raise ConfigurationError(
@@ -264,6 +315,12 @@ def _prepare(
         )
     if run_id is not None and (not isinstance(run_id, str) or (run_id and not run_id.strip())):
         raise ConfigurationError(f"run_id must be a string (empty: a random id), got {run_id!r}")
+    if journal is not None and not isinstance(journal, Journal | str | os.PathLike):
+        raise ConfigurationError(
+            f"journal must be a path or a Journal, got {type(journal).__name__}"
+        )
+    if runner is not None and not isinstance(runner, ChildRunner):
+        raise ConfigurationError(f"runner must be a ChildRunner, got {type(runner).__name__}")
     messages = list(history or ())
     problem = transcript_problem(messages)
     if problem is not None:
@@ -283,8 +340,18 @@ def _prepare(
         context=context,
         capture=content_capture_enabled(),
         secrets=secret_values(),
+        journal=journal
+        if isinstance(journal, Journal) and not isinstance(journal, NullJournal)
+        else None,
+        runner=runner,
     )
     state.models = tree.models()  # once per agent, before any call
+    if isinstance(journal, str | os.PathLike):  # a new journal file, closed when the run ends
+        state.journal = state.owned_journal = open_journal(
+            journal, agent, prompt, state.run_id, model, limits
+        )
+    if isinstance(state.journal, SQLiteJournal) and state.journal.resuming:
+        state.resumed_from = state.journal.resumed_from()
     root = make_root(state, agent, prompt, messages)
     return state, root
 
@@ -302,6 +369,9 @@ async def run(
     run_id: str | None = None,
     context: ContextPolicy | None = None,
     tool_threads: int = DEFAULT_TOOL_THREADS,
+    journal: Journal | str | os.PathLike[str] | None = None,
+    runner: ChildRunner | None = None,
+    log_dir: str | os.PathLike[str] | None = None,
 ) -> RunResult:
     """Run ``agent`` on ``prompt`` to its end and return the result tree.
 
@@ -320,6 +390,9 @@ async def run(
         run_id=run_id,
         context=context,
         tool_threads=tool_threads,
+        journal=journal,
+        runner=runner,
+        log_dir=log_dir,
     ) as handle:
         return await handle.result()
 
@@ -337,6 +410,9 @@ def run_sync(
     run_id: str | None = None,
     context: ContextPolicy | None = None,
     tool_threads: int = DEFAULT_TOOL_THREADS,
+    journal: Journal | str | os.PathLike[str] | None = None,
+    runner: ChildRunner | None = None,
+    log_dir: str | os.PathLike[str] | None = None,
 ) -> RunResult:
     """:func:`run` under ``trio.run``, then a bounded flush of the tracer provider's spans."""
     if _in_trio():
@@ -358,6 +434,9 @@ def run_sync(
             run_id=run_id,
             context=context,
             tool_threads=tool_threads,
+            journal=journal,
+            runner=runner,
+            log_dir=log_dir,
         )
     )
     flush_tracer_provider(tracer_provider, timeout=2.0)

@@ -1,10 +1,12 @@
-"""``spawn_subagent``: building child agents and running them in the parent's EXECUTE step.
+"""``spawn_subagent``: the tool, the checks that admit a child, and building a child's state.
 
-A spawn is an ordinary tool call. Its handler runs inside the nursery of the parent's EXECUTE
-step, so the children a turn asks for run concurrently, no child outlives its parent, and
-cancelling the parent cancels its subtree. A child starts with a fresh transcript (its own
-instructions and the task) and a tool set the model can only narrow: the child's definition
-fixes what it may do. Only the child's final answer comes back as the tool result; a child that
+A spawn is an ordinary tool call. Its handler hands the child to the run's runner through the
+parent's side of it (:class:`.runner.ParentSide`: :func:`plan_child` here admits it, the
+runner runs it, :func:`build_child` makes its state when it runs in this process). The handler
+runs inside the nursery of the parent's EXECUTE step, so the children a turn asks for run
+concurrently, no child outlives its parent, and cancelling the parent cancels its subtree. A
+child starts with a fresh transcript (its own instructions and the task) and a tool set the
+model can only narrow: the child's definition fixes what it may do. Only the child's final answer comes back as the tool result; a child that
 did not complete comes back as an ``is_error`` result with its status, the reason, and what it
 had finished.
 """
@@ -21,12 +23,10 @@ import pydantic
 import trio
 
 from ..models.base import Model
-from ..tracing import spans
 from .agent import Agent
 from .compaction import ContextPolicy
 from .errors import ConfigurationError, ToolError
 from .limits import DEFAULT_LIMITS, Ledger, Limits, Slots, text_units, tree_wide_limits
-from .loop import run_agent
 from .messages import (
     Message,
     TextBlock,
@@ -41,7 +41,7 @@ from .result import RunStatus
 from .state import AgentNode, Limiters, Quota, RunState, make_runtime
 from .tools import Tool, ToolContext
 
-__all__ = ["make_child", "make_root"]
+__all__ = ["build_child", "make_root", "plan_child"]
 
 SPAWN_TOOL = "spawn_subagent"
 DEFAULT_CONTEXT = ContextPolicy()
@@ -183,13 +183,15 @@ class SpawnBook:
         return ordinal, slot
 
 
-def _allowed_tools(parent: AgentNode, agent: Agent) -> dict[str, Tool]:
+def _allowed_tools(run: RunState, parent: AgentNode, agent: Agent) -> dict[str, Tool]:
     """What a child may use: its own list, or its parent's tools (never the spawn tool).
 
     A fresh dict each time: the child adds its own spawn tool to it.
     """
     if agent.tools is None:
         return {n: t for n, t in parent.tools.items() if n != SPAWN_TOOL}
+    if agent.name in run.agent_tools:  # its own and its toolsets' (see core/toolset.py)
+        return dict(run.agent_tools[agent.name])
     return {t.name: t for t in agent.tools if t.name != SPAWN_TOOL}
 
 
@@ -212,28 +214,30 @@ def _starts(run: RunState, parent: AgentNode, call: ToolUseBlock) -> bool:
     if requested is None:
         return True
     agent = run.tree.by_name[arguments["agent"]]
-    return set(requested) <= set(_allowed_tools(parent, agent))
+    return set(requested) <= set(_allowed_tools(run, parent, agent))
 
 
 _NO_LIMITS = Limits()
 
 
-def make_child(
+def plan_child(
     run: RunState,
     parent: AgentNode,
     agent: Agent,
     task: str,
     tool_names: list[str] | None,
     key: tuple[int, int],
-) -> AgentNode:
-    """A child node under ``parent`` for the spawn call ``key`` (the parent's turn, the call's
-    position in that turn's reply); raises ToolError for a refused spawn (nothing started)."""
+) -> tuple[str, tuple[str, ...], Limits]:
+    """The checks a spawn call passes before its child starts (a blank task, tools outside
+    the child's set, ``max_children``, ``max_agents``), raising ToolError for a refused one;
+    then the child's path, the names of the tools it holds and its limits. ``key`` is the
+    spawn call's (parent's turn, position in that turn's reply)."""
     if is_blank(task):  # the Messages API refuses a blank first message with a fatal 400
         raise ToolError(
             f"the task for {agent.name!r} is empty: a subagent sees nothing but its task, "
             "so put everything it needs in `task`"
         )
-    base = _allowed_tools(parent, agent)
+    base = _allowed_tools(run, parent, agent)
     if tool_names is not None:
         wanted = set(tool_names)
         outside = sorted(wanted - set(base))
@@ -243,9 +247,8 @@ def make_child(
                 f"{sorted(base) or '(no tools)'}; ask for a subset of those or omit 'tools'"
             )
         base = {n: t for n, t in base.items() if n in wanted}
-    limits = _per_agent_limits(agent, parent.limits)
     book = parent.spawns
-    assert isinstance(book, SpawnBook)  # every node holding the spawn tool has one
+    assert book is not None  # every node holding the spawn tool has one
     turn, position = key
     max_children = parent.limits.max_children or 0
     if book.number_turn(turn, parent.messages, partial(_starts, run, parent)):
@@ -261,6 +264,26 @@ def make_child(
         raise ToolError(
             "the run reached max_agents; no more subagents can start. Finish with what you have"
         )
+    index = book.ordinal.get(position, book.per_agent.get(agent.name, 0) + 1)
+    path = f"{parent.path}/{agent.name}#{index}"
+    return path, tuple(base), _per_agent_limits(agent, parent.limits)
+
+
+def build_child(
+    run: RunState,
+    parent: AgentNode,
+    agent_name: str,
+    path: str,
+    task: str,
+    tool_names: tuple[str, ...],
+    key: tuple[int, int],
+) -> AgentNode:
+    """The node of a child :func:`plan_child` admitted, under ``parent``: its sub-budget,
+    slots and agent quota chained to the parent's (where its definition sets its own), its
+    deadline, its tools, its transcript (the task), counted among the parent's children."""
+    agent = run.tree.by_name[agent_name]
+    allowed = _allowed_tools(run, parent, agent)
+    limits = _per_agent_limits(agent, parent.limits)
     own = agent.limits or _NO_LIMITS
     quota = (  # a subtree's own max_agents counts the child itself
         parent.agent_quota
@@ -274,15 +297,14 @@ def make_child(
     if own.max_concurrency is not None:
         limiters = Limiters((Slots(own.max_concurrency), *parent.limiters.chain))
     own_deadline = trio.current_time() + own.timeout if own.timeout is not None else math.inf
-    index = book.ordinal.get(position, book.per_agent.get(agent.name, 0) + 1)
     child = AgentNode(
         agent=agent,
-        path=f"{parent.path}/{agent.name}#{index}",
+        path=path,
         depth=parent.depth + 1,
         model=_model_for(agent, parent, run),
         limits=limits,
         policy=parent.policy if agent.policy is None else agent.policy.combine(parent.policy),
-        tools=base,
+        tools={n: allowed[n] for n in tool_names},
         ledger=ledger,
         limiters=limiters,
         agent_quota=quota,
@@ -296,6 +318,9 @@ def make_child(
     _add_spawn_tool(child, run)
     child.append(Message.user(well_formed(task)))  # the HTTP body cannot take a lone surrogate
     parent.children.append((key, child))
+    book = parent.spawns
+    assert book is not None
+    turn, position = key
     book.granted.discard(position)  # used (until here, the step's end would give it back)
     book.started_in_turn[turn] = book.started_in_turn.get(turn, 0) + 1
     return child
@@ -338,25 +363,14 @@ def _spawn_tool_for(names: tuple[str, ...], listing: str) -> Tool:
     async def spawn_subagent(
         ctx: ToolContext, agent: str, task: str, tools: list[str] | None = None
     ) -> str:
-        # the child's loop runs in this frame (not a helper's): one frame less at its waits
-        run, parent, key, span = ctx._runtime
-        child = make_child(run, parent, run.tree.by_name[agent], task, tools, key)
-        try:
-            await run_agent(child, run)
-        finally:
-            if span.is_recording():  # the spawn span carries its subtree's roll-up
-                span.set_attributes(
-                    spans.usage_attributes("orchestrator.usage", child.subtree_usage())
-                )
-                span.set_attribute("orchestrator.spawn.agent_path", child.path)
-                span.set_attribute(
-                    "orchestrator.spawn.outcome", (child.status or RunStatus.ERROR).value
-                )
-        if child.status is RunStatus.COMPLETED:
-            return child.output
+        if ctx.parent is None:
+            raise ToolError("spawn_subagent can only be called by the runtime, inside a run")
+        outcome = await ctx.parent.spawn(agent, task, tools)
+        if outcome.status is RunStatus.COMPLETED:
+            return outcome.output
         raise ToolError(
-            f"subagent {child.path} ended with status "
-            f"{child.status.value if child.status else 'error'}: {child.error}. {summarize(child)}"
+            f"subagent {outcome.path} ended with status {outcome.status.value}: "
+            f"{outcome.error}. {outcome.summary}"
         )
 
     spawn_subagent.__annotations__ = {

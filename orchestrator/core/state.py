@@ -10,8 +10,9 @@ here too, so that the modules using them (loop, generate, execute) all sit above
 from __future__ import annotations
 
 import math
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 from opentelemetry.trace import Tracer
@@ -20,12 +21,22 @@ from ..models.base import AgentInfo, ClientPool, Model, ModelContext, ToolSpec
 from .agent import Agent, AgentTree
 from .compaction import ContextPolicy, ResultClearing, TurnContext
 from .events import EventSink
+from .journal import Journal
 from .limits import Ledger, Limits, Slots, text_units
 from .messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage
 from .policy import Decision, Policy
 from .redact import redact
 from .result import RunResult, RunStatus
-from .tools import Tool, ToolRuntime, error_result
+from .tools import Tool, ToolRuntime, describe_exception, error_result
+
+T = TypeVar("T")
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import SpanContext
+
+    from .journal_sqlite import SQLiteJournal
+    from .runner import ChildRunner
+    from .spawn import SpawnBook
 
 __all__ = ["AgentNode", "Limiters", "Quota", "RunState"]
 
@@ -93,11 +104,35 @@ class RunState:
     """A model's answer a cancellation cut right after it came (to bill, not to use). One list
     for the run: the agent whose call was cut takes it back before any other agent can run
     (nothing between the cut and that agent's billing waits)."""
+    journal: Journal | None = None
+    """Where the run records itself before acting (``None``: no journal, no calls made)."""
+    owned_journal: SQLiteJournal | None = None
+    """A journal the run opened itself (``journal=PATH``), closed when it ends."""
+    resumed_from: SpanContext | None = None
+    """The root span of the run this one resumes (the new root links to it)."""
+    runner: ChildRunner | None = None
+    """Runs the children (``None``: in this process, :data:`.runner.IN_PROCESS`)."""
+    toolsets: Any = None
+    """The run's :class:`~.toolset.ToolsetHost` when its tree holds toolsets (MCP servers)."""
+    toolset_failure: str | None = None
+    """Why a toolset could not start (the run then ends with ``error`` before any model call)."""
+    agent_tools: dict[str, dict[str, Tool]] = field(default_factory=dict)
+    """The tools of each agent holding toolsets, its own first (resolved when they opened)."""
     model_context: ModelContext = field(init=False)
     """What every model call of a run without event subscribers gets: the clients only."""
 
     def __post_init__(self) -> None:
         self.model_context = ModelContext(self.clients)
+
+    async def journaled(self, call: Awaitable[T]) -> T:
+        """Await a journal call; a journal that fails ends the run with ``error`` (a run that
+        cannot be recorded must not act as if it were)."""
+        try:
+            return await call
+        except Exception as exc:
+            self.fail(f"the run's journal failed: {describe_exception(exc)}")
+            await trio.lowlevel.checkpoint()  # raises Cancelled: the run's scope is cancelled
+            raise
 
     def fail(self, reason: str) -> None:
         """End the whole run with ``error``: a fatal provider error no agent can get past."""
@@ -201,8 +236,8 @@ class AgentNode:
     """Ids of tool calls whose handler started (a cut one may have had side effects)."""
     assistant_turns: int = 0
     """Assistant messages in the transcript (kept as it changes; test models index by it)."""
-    spawns: Any = None
-    """Bookkeeping of the spawn tool (spawn.SpawnBook), for nodes holding it: the loop tells it
+    spawns: SpawnBook | None = None
+    """Bookkeeping of the spawn tool, for nodes holding it: the loop tells it
     which calls the policy declined and when EXECUTE ends."""
     ask_order: _AskInOrder | None = None
     """During an EXECUTE with several calls to confirm: asks the approver in call order."""
@@ -369,6 +404,10 @@ class _LoopState:
     cut_text: tuple[str, ...] = ()
     """Pieces of an answer cut by ``max_tokens`` or paused, joined when it completes (a tuple:
     most agents never have one, and the empty tuple is shared)."""
+    turn_estimate: int = 0
+    turn_cleared: int = 0
+    turn_compacted: bool = False
+    """The current turn's input estimate, cleared results and compaction (for its record)."""
 
 
 class _AskInOrder:

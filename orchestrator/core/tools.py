@@ -21,10 +21,11 @@ import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import pydantic
 import trio
+from opentelemetry import trace
 
 from ..models.base import ModelResponse, ToolSpec
 from .errors import ConfigurationError, ToolError
@@ -46,6 +47,9 @@ from .messages import (
     well_formed,
 )
 from .redact import redact
+
+if TYPE_CHECKING:
+    from .runner import ParentSide
 
 __all__ = ["SchemaTool", "Tool", "ToolContext", "tool"]
 
@@ -71,7 +75,14 @@ class ToolContext:
     depth: int
     deps: Any = None
     tool_call_id: str = ""
-    _runtime: Any = field(default=None, repr=False, compare=False)
+    turn: int = 0
+    """The calling agent's turn (from 1): with ``agent_path`` and ``tool_call_id``, where the
+    call sits in the run."""
+    span: trace.Span = field(default=trace.INVALID_SPAN, repr=False, compare=False)
+    """The call's ``execute_tool`` span (a non-recording one when the run is not traced): a
+    tool calling a service passes its context on (an MCP request's ``_meta``)."""
+    parent: ParentSide | None = field(default=None, repr=False, compare=False)
+    """For the runtime's spawn tool only: the calling agent's side of the children it starts."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,8 @@
 """Models: the :class:`Model` protocol, the model-string registry, the test models, the adapters.
 
-The provider adapters load their SDKs, so ``AnthropicModel`` (and the research tree's
-``OfflineModel``) are imported on first use of the name: ``import orchestrator.models`` loads
-neither the anthropic SDK nor the runtime.
+The provider adapters load their SDKs, so ``AnthropicModel``, ``OpenAIModel`` (and the research
+tree's ``OfflineModel``) are imported on first use of the name: ``import orchestrator.models``
+loads no provider SDK and not the runtime.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from .scripted import tool_call as tool_call
 if TYPE_CHECKING:
     from .anthropic import AnthropicModel as AnthropicModel
     from .offline import OfflineModel as OfflineModel
+    from .openai import OpenAIModel as OpenAIModel
 
 __all__ = [
     "AgentInfo",
@@ -39,6 +40,7 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "OfflineModel",
+    "OpenAIModel",
     "ScriptedModel",
     "Step",
     "ToolSpec",
@@ -51,6 +53,7 @@ __all__ = [
 _LAZY = {
     "AnthropicModel": "orchestrator.models.anthropic",
     "OfflineModel": "orchestrator.research.offline",
+    "OpenAIModel": "orchestrator.models.openai",
 }
 
 

@@ -94,6 +94,9 @@ class ModelResponse:
     """The model that answered, as the provider reports it (empty if the model does not say:
     scripted and function models; the chat span then names the model that was asked)."""
     id: str = ""
+    finish_reason: str = ""
+    """The provider's own word for why the answer ended, when it is not ``stop_reason``'s
+    (Chat Completions' ``stop``, ``tool_calls`` ...): for ``gen_ai.response.finish_reasons``."""
 
 
 class ClientPool:
@@ -167,6 +170,8 @@ class Model(Protocol):
 # string names them, never before, so naming a model costs nothing until a run uses it.
 _PROVIDERS: Mapping[str, tuple[str, str]] = {
     "anthropic": ("orchestrator.models.anthropic", "AnthropicModel"),
+    "openai": ("orchestrator.models.openai", "OpenAIModel"),
+    "ollama": ("orchestrator.models.openai", "ollama"),
 }
 _NAMED: Mapping[str, tuple[str, str]] = {
     "offline": ("orchestrator.research.offline", "OfflineModel"),
@@ -174,10 +179,13 @@ _NAMED: Mapping[str, tuple[str, str]] = {
 
 
 def resolve_model(spec: Model | str) -> Model:
-    """A model from a :class:`Model` or a string: ``"anthropic:<name>"`` or ``"offline"``."""
+    """A model from a :class:`Model` or a string: ``"anthropic:<name>"``, ``"openai:<name>"``,
+    ``"ollama:<name>"`` or ``"offline"``."""
     if not isinstance(spec, str):
         if not isinstance(spec, Model):
-            raise ConfigurationError(f"not a model: {spec!r} (use a Model or 'anthropic:<name>')")
+            raise ConfigurationError(
+                f"not a model: {spec!r} (use a Model, 'anthropic:<name>' or 'openai:<name>')"
+            )
         return spec
     provider, _, name = spec.partition(":")
     if provider in _PROVIDERS and name.strip():
@@ -189,5 +197,6 @@ def resolve_model(spec: Model | str) -> Model:
         named: Model = getattr(import_module(module), cls)()
         return named
     raise ConfigurationError(
-        f"unknown model {spec!r}: use 'anthropic:<model-name>', 'offline', or a Model object"
+        f"unknown model {spec!r}: use 'anthropic:<model-name>', 'openai:<model-name>', "
+        "'ollama:<model-name>', 'offline', or a Model object"
     )

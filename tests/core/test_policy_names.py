@@ -1,7 +1,7 @@
 """Policy rules must name tools: a rule that could never apply is a ConfigurationError.
 
-Rules match tool names exactly, so a typo (``"delete-all"`` for the tool ``delete_all``) would
-leave the real tool allowed. Every rule of every policy (the run's, an agent's, an ancestor's)
+An exact rule names one tool, so a typo (``"delete-all"`` for the tool ``delete_all``) would
+leave the real tool allowed (a pattern, ``"delete*"``, may match none). Every rule of every policy (the run's, an agent's, an ancestor's)
 is checked when the tree is built, before any model call: an agent's policy may name a tool
 that the agent or any agent it can run holds (its policy is combined into theirs), the run's
 policy any tool of the tree; ``spawn_subagent`` is a tool of every agent with subagents.
@@ -81,7 +81,6 @@ def test_a_run_policy_rule_naming_no_tool_is_refused_before_any_call_with_the_cl
         ("DeleteAll", "did you mean 'delete_all'?"),
         ("delete_al", "did you mean 'delete_all'?"),
         ("format_disk", "check its spelling"),
-        ("delete*", "patterns are not supported); write a rule for each of 'delete_all'"),
         ("spawn_subagent", "only an agent with subagents holds it"),
     ],
 )
@@ -96,6 +95,19 @@ def test_an_agents_rule_naming_no_tool_it_can_hold_is_refused_with_a_hint(
     assert f"the policy of agent 'root' has a rule for {rule!r}" in message
     assert hint in message and "delete_all, search" in message
     assert requests == [] and ran == []
+
+
+def test_a_pattern_rule_applies_to_every_tool_it_matches_and_may_match_none() -> None:
+    delete_all, ran = make_delete_all()
+    model = ScriptedModel(
+        [[tool_call("delete_all", {}), tool_call("search", {"query": "q"})], text("done")]
+    )
+    agent = Agent("root", "Tidy up.", tools=[delete_all, search], model=model,
+                  policy=Policy({"delete*": "deny", "format_*": "deny"}))  # fmt: skip
+    result = trio.run(lambda: run(agent, "Go."))
+    denied, found = [b for m in result.messages for b in m.content if b.type == "tool_result"]
+    assert denied.is_error and "denied by policy" in denied.content and ran == []
+    assert found.content == "results for q"
 
 
 def test_a_rule_on_an_ancestor_for_a_tool_only_a_subagent_holds_applies_to_the_subagent() -> None:

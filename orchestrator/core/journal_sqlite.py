@@ -1,0 +1,364 @@
+"""The journal behind ``resume``: one SQLite file per run, written per event.
+
+What it holds: a header (the schema version, the run's id, the tree's reference and the
+fingerprint of its definitions, the prompt, the run-wide options that can be written down, the
+root span's ids), every model response keyed by (agent path, turn), and every tool call keyed
+by (agent path, turn, tool_use_id): a row when it starts, its result when it is known.
+
+Durability: WAL mode with ``synchronous=NORMAL``; every record is one committed transaction
+before the runtime acts on it, so a killed process (SIGKILL, an OOM kill, a crash) loses
+nothing recorded. A power loss may lose the last transactions (the WAL is not synced at each
+commit): durable against a killed process, not against the machine going down. SQLite's WAL
+mode needs a local disk (not a network filesystem).
+
+The file is created with mode 0600 (it holds prompts and tool results unredacted, which replay
+needs) and held with an exclusive lock while a run or a resume writes it: a second writer is
+refused. A failed write (a full disk, a file size limit) raises, which ends the run with
+status ``error`` before it acts on what could not be recorded; everything recorded before the
+failure stays, so the run can be resumed once the cause is fixed.
+
+Writes are made on the event loop's thread: a commit in WAL mode without a sync is tens of
+microseconds (``docs/performance.md`` has the measured cost per model call), less than moving
+it to a worker thread would cost.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.trace import SpanContext, TraceFlags
+
+from ..models.base import ModelResponse
+from .errors import ConfigurationError
+from .journal import RecordedCall
+from .messages import ToolResultBlock, Usage, block_from_wire, to_wire
+
+__all__ = ["JournalHeader", "SQLiteJournal", "read_header"]
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS header (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS responses (
+    path TEXT NOT NULL, turn INTEGER NOT NULL, body TEXT NOT NULL,
+    PRIMARY KEY (path, turn)
+);
+CREATE TABLE IF NOT EXISTS calls (
+    path TEXT NOT NULL, turn INTEGER NOT NULL, call_id TEXT NOT NULL,
+    idempotent INTEGER NOT NULL, result TEXT, is_error INTEGER,
+    PRIMARY KEY (path, turn, call_id)
+);
+"""
+
+
+@dataclass(frozen=True)
+class JournalHeader:
+    """What a journal says about its run, besides the record itself.
+
+    ``tree_ref`` is where the tree was loaded from (``FILE.py[:NAME]`` or ``module:attr``;
+    empty when it cannot be named: resume then needs ``agent=``). ``fingerprint`` is a digest
+    of the tree's definitions, ``fingerprint_parts`` the parts it was made of (to name the
+    first difference). ``options`` are the run-wide options that can be written down
+    (``model`` as a string, ``limits``). ``trace_id`` / ``span_id``: the first run's root span
+    (0 if untraced). ``status``: the last recorded end (empty: the run never ended).
+    """
+
+    run_id: str
+    prompt: str
+    tree_ref: str = ""
+    fingerprint: str = ""
+    fingerprint_parts: dict[str, str] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+    trace_id: int = 0
+    span_id: int = 0
+    status: str = ""
+    started_at: float = 0.0
+    ended_at: float = 0.0
+    schema_version: int = SCHEMA_VERSION
+
+
+_HEADER_JSON = ("fingerprint_parts", "options")
+_HEADER_INT = ("trace_id", "span_id", "schema_version")
+_HEADER_FLOAT = ("started_at", "ended_at")
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    connection.execute("PRAGMA journal_mode=WAL")
+    connection.execute("PRAGMA synchronous=NORMAL")
+    return connection
+
+
+def _header_of(connection: sqlite3.Connection, path: Path) -> JournalHeader:
+    try:
+        rows = dict(connection.execute("SELECT key, value FROM header").fetchall())
+    except sqlite3.DatabaseError as exc:
+        raise ConfigurationError(f"{path} is not a run journal: {exc}") from None
+    if not rows:
+        raise ConfigurationError(f"{path} is not a run journal (it has no header)")
+    version = int(rows.get("schema_version", "0"))
+    if version != SCHEMA_VERSION:
+        raise ConfigurationError(
+            f"{path} is a journal of schema version {version}; this version of orchestrator "
+            f"reads version {SCHEMA_VERSION} only"
+        )
+    values: dict[str, Any] = {}
+    for name in JournalHeader.__dataclass_fields__:
+        if name not in rows:
+            continue
+        raw = rows[name]
+        if name in _HEADER_JSON:
+            values[name] = json.loads(raw)
+        elif name in _HEADER_INT:
+            values[name] = int(raw)
+        elif name in _HEADER_FLOAT:
+            values[name] = float(raw)
+        else:
+            values[name] = raw
+    return JournalHeader(**values)
+
+
+def read_header(path: str | os.PathLike[str]) -> JournalHeader:
+    """The header of the journal at ``path`` (read only; no lock taken)."""
+    where = Path(path)
+    if not where.is_file():
+        raise ConfigurationError(f"no journal at {where}")
+    connection = sqlite3.connect(f"file:{where}?mode=ro", uri=True)
+    try:
+        return _header_of(connection, where)
+    finally:
+        connection.close()
+
+
+def _response_to_json(response: ModelResponse) -> str:
+    usage = response.usage
+    return json.dumps(
+        {
+            "content": [to_wire(b) for b in response.content],
+            "stop_reason": response.stop_reason,
+            "usage": [
+                usage.input_tokens,
+                usage.output_tokens,
+                usage.cache_read_tokens,
+                usage.cache_write_tokens,
+                usage.cost_usd,
+                usage.requests,
+            ],
+            "model": response.model,
+            "id": response.id,
+        },
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+
+
+def _response_from_json(body: str) -> ModelResponse:
+    data = json.loads(body)
+    i, o, r, w, c, n = data["usage"]
+    return ModelResponse(
+        tuple(block_from_wire(b) for b in data["content"]),
+        str(data["stop_reason"]),
+        Usage(int(i), int(o), int(r), int(w), float(c), int(n)),
+        str(data.get("model") or ""),
+        str(data.get("id") or ""),
+    )
+
+
+class SQLiteJournal:
+    """A run's journal in one SQLite file (see the module docstring).
+
+    :meth:`create` starts the journal of a new run; :meth:`open` continues one (a resume).
+    Close it with :meth:`close` (the runtime does, when the run that opened it ends).
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        connection: sqlite3.Connection,
+        lock: int,
+        header: JournalHeader,
+        resuming: bool,
+    ) -> None:
+        self.path = path
+        self.header = header
+        self._db = connection
+        self._lock = lock
+        self.resuming = resuming
+        """Whether the journal already held a run when it was opened (a resume)."""
+
+    @classmethod
+    def create(cls, path: str | os.PathLike[str], header: JournalHeader) -> SQLiteJournal:
+        """A new journal at ``path`` for the run ``header`` describes; a file already there is
+        refused (a run id names one run)."""
+        where = Path(path)
+        where.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(where, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            raise ConfigurationError(
+                f"a journal already exists at {where}: resume it, or give the run another id"
+            ) from None
+        lock = _locked(fd, where)
+        connection = _connect(where)
+        connection.executescript(_SCHEMA)
+        rows = {"schema_version": str(SCHEMA_VERSION)}
+        for name in JournalHeader.__dataclass_fields__:
+            value = getattr(header, name)
+            if name in ("schema_version", "started_at"):
+                continue
+            rows[name] = json.dumps(value) if name in _HEADER_JSON else str(value)
+        with connection:
+            connection.execute("BEGIN IMMEDIATE")
+            connection.executemany(
+                "INSERT OR REPLACE INTO header (key, value) VALUES (?, ?)", rows.items()
+            )
+        return cls(where, connection, lock, header, resuming=False)
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> SQLiteJournal:
+        """The journal at ``path``, to continue its run; refused if another process writes it."""
+        where = Path(path)
+        if not where.is_file():
+            raise ConfigurationError(f"no journal at {where}")
+        fd = os.open(where, os.O_RDWR)
+        lock = _locked(fd, where)
+        connection = _connect(where)
+        try:
+            header = _header_of(connection, where)
+        except BaseException:
+            connection.close()
+            os.close(lock)
+            raise
+        return cls(where, connection, lock, header, resuming=True)
+
+    def resumed_from(self) -> SpanContext | None:
+        """The root span of the run this journal recorded first (``None`` if untraced)."""
+        if not self.header.trace_id:
+            return None
+        return SpanContext(
+            self.header.trace_id,
+            self.header.span_id,
+            is_remote=True,
+            trace_flags=TraceFlags(TraceFlags.SAMPLED),
+        )
+
+    def close(self) -> None:
+        """Close the file and release its lock."""
+        try:
+            self._db.close()
+        finally:
+            os.close(self._lock)
+
+    def _write(self, sql: str, parameters: tuple[Any, ...]) -> None:
+        self._db.execute(sql, parameters)  # autocommit: one transaction per record
+
+    def _set(self, key: str, value: str) -> None:
+        self._write("INSERT OR REPLACE INTO header (key, value) VALUES (?, ?)", (key, value))
+
+    # -- the Journal protocol ---------------------------------------------------------------
+
+    async def run_started(self, run_id: str, trace_id: int, span_id: int) -> None:
+        if self.resuming:  # the first run's root span stays the one a resumed trace links to
+            self._set("resumed_at", repr(time.time()))
+            return
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            for key, value in (
+                ("trace_id", str(trace_id)),
+                ("span_id", str(span_id)),
+                ("started_at", repr(time.time())),
+            ):
+                self._db.execute(
+                    "INSERT OR REPLACE INTO header (key, value) VALUES (?, ?)", (key, value)
+                )
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+
+    async def lookup_response(self, path: str, turn: int) -> ModelResponse | None:
+        if not self.resuming:
+            return None
+        row = self._db.execute(
+            "SELECT body FROM responses WHERE path = ? AND turn = ?", (path, turn)
+        ).fetchone()
+        return None if row is None else _response_from_json(row[0])
+
+    async def record_response(self, path: str, turn: int, response: ModelResponse) -> None:
+        self._write(
+            "INSERT OR REPLACE INTO responses (path, turn, body) VALUES (?, ?, ?)",
+            (path, turn, _response_to_json(response)),
+        )
+
+    async def lookup_call(self, path: str, turn: int, call_id: str) -> RecordedCall | None:
+        if not self.resuming:
+            return None
+        row = self._db.execute(
+            "SELECT result, is_error FROM calls WHERE path = ? AND turn = ? AND call_id = ?",
+            (path, turn, call_id),
+        ).fetchone()
+        if row is None:
+            return None
+        result, is_error = row
+        if result is None:
+            return RecordedCall(None)
+        return RecordedCall(ToolResultBlock(call_id, result, bool(is_error)))
+
+    async def tool_started(self, path: str, turn: int, call_id: str, idempotent: bool) -> None:
+        self._write(
+            "INSERT OR REPLACE INTO calls (path, turn, call_id, idempotent, result, is_error) "
+            "VALUES (?, ?, ?, ?, NULL, NULL)",
+            (path, turn, call_id, int(idempotent)),
+        )
+
+    async def record_result(
+        self, path: str, turn: int, call_id: str, result: ToolResultBlock
+    ) -> None:
+        self._write(
+            "INSERT INTO calls (path, turn, call_id, idempotent, result, is_error) "
+            "VALUES (?, ?, ?, 0, ?, ?) ON CONFLICT (path, turn, call_id) "
+            "DO UPDATE SET result = excluded.result, is_error = excluded.is_error",
+            (path, turn, call_id, result.content, int(result.is_error)),
+        )
+
+    async def run_ended(self, run_id: str, status: str) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            for key, value in (("status", status), ("ended_at", repr(time.time()))):
+                self._db.execute(
+                    "INSERT OR REPLACE INTO header (key, value) VALUES (?, ?)", (key, value)
+                )
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+
+    # -- reading it -----------------------------------------------------------------------
+
+    def counts(self) -> Mapping[str, int]:
+        """How many responses and tool calls (with and without a result) it holds."""
+        responses = self._db.execute("SELECT count(*) FROM responses").fetchone()[0]
+        done, open_ = self._db.execute(
+            "SELECT count(result), count(*) - count(result) FROM calls"
+        ).fetchone()
+        return {"responses": int(responses), "results": int(done), "in_flight": int(open_)}
+
+
+def _locked(fd: int, where: Path) -> int:
+    """``fd`` holding an exclusive lock on the journal (released when it is closed)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ConfigurationError(
+            f"the journal {where} is in use by another run or resume (it is locked)"
+        ) from None
+    return fd

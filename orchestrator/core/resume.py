@@ -1,0 +1,301 @@
+"""Durable runs: journaling a run to a file, and :func:`resume` after it stopped.
+
+A journaled run records every model response and tool result as it goes
+(:mod:`.journal_sqlite`). :func:`resume` runs the same tree on the same prompt with the same run
+id over that record: each turn's recorded response is used instead of asking the model, each
+recorded tool result instead of running the tool, and every agent, children included, replays
+its own record, so the result is the whole tree, as if the run had never stopped. The first
+turn or call with nothing recorded is where the run goes on for real. A tool call that started
+and has no recorded result was in flight when the run stopped: an idempotent one runs again;
+any other gets an ``is_error`` result saying its outcome is unknown.
+
+A journal names the tree it ran (``FILE.py[:NAME]`` or ``module:attr``) and holds a fingerprint
+of its definitions; resuming a different tree is refused, naming the first difference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import importlib.util
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import trio
+from opentelemetry import trace
+
+from ..models.base import Model
+from .agent import Agent
+from .compaction import ContextPolicy
+from .errors import ConfigurationError
+from .journal_sqlite import JournalHeader, SQLiteJournal, read_header
+from .limits import Limits
+from .messages import canonical_json
+from .policy import Policy
+from .result import RunResult
+from .runner import ChildRunner
+
+__all__ = [
+    "check_tree",
+    "fingerprint",
+    "journal_header",
+    "load_tree",
+    "open_journal",
+    "recorded_limits",
+    "resume",
+    "resume_sync",
+    "tree_reference",
+]
+
+
+def fingerprint(agent: Agent) -> tuple[str, dict[str, str]]:
+    """A digest of the tree's definitions, and the parts it was made of (``agent.field`` ->
+    digest): what must be the same for a journal to be replayed on it."""
+    parts: dict[str, str] = {}
+    for a in _definitions(agent):
+        fields = {
+            "instructions": a.instructions,
+            "description": a.description,
+            "model": a.model if isinstance(a.model, str) else type(a.model).__name__,
+            "tools": [
+                [t.name, t.description, canonical_json(t.input_schema)] for t in a.tools or ()
+            ]
+            if a.tools is not None
+            else None,
+            "subagents": [s if isinstance(s, str) else s.name for s in a.subagents],
+            "limits": repr(a.limits),
+            "max_output_tokens": a.max_output_tokens,
+        }
+        for name, value in fields.items():
+            digest = hashlib.sha256(canonical_json(value).encode()).hexdigest()[:16]
+            parts[f"{a.name}.{name}"] = digest
+    whole = hashlib.sha256(canonical_json(parts).encode()).hexdigest()
+    return whole, parts
+
+
+def _definitions(root: Agent) -> list[Agent]:
+    """Every agent of the tree, each once, in the order first met (the tree is not validated:
+    a policy naming tools of servers not yet connected is checked when the run starts)."""
+    seen: dict[int, Agent] = {}
+    pending = [root]
+    while pending:
+        agent = pending.pop(0)
+        if id(agent) in seen:
+            continue
+        seen[id(agent)] = agent
+        pending.extend(s for s in agent.subagents if isinstance(s, Agent))
+    return list(seen.values())
+
+
+def _first_difference(recorded: dict[str, str], given: dict[str, str]) -> str:
+    for key in sorted(set(recorded) | set(given)):
+        if key not in given:
+            return f"agent {key.split('.')[0]!r} is in the journal's tree, not in this one"
+        if key not in recorded:
+            return f"agent {key.split('.')[0]!r} is in this tree, not in the journal's"
+        if recorded[key] != given[key]:
+            agent, _, part = key.partition(".")
+            return f"agent {agent!r} has other {part} than when the run was journaled"
+    return "the trees differ"
+
+
+def tree_reference(agent: Agent) -> str:
+    """``module:attr`` for a root agent some imported module holds as a global, else ``""``."""
+    for name, module in list(sys.modules.items()):
+        if module is None or name.startswith("_orchestrator_user_"):
+            continue
+        try:
+            values = vars(module)
+        except TypeError:
+            continue
+        for attr, value in list(values.items()):
+            if value is agent and not attr.startswith("_"):
+                return f"{name}:{attr}"
+    return ""
+
+
+def load_tree(reference: str) -> Agent:
+    """The root agent a reference names: ``FILE.py[:NAME]`` (default ``agent``) or
+    ``module:attr``; raises ConfigurationError saying what is wrong."""
+    head, _, tail = reference.rpartition(":")
+    if not head:
+        head, tail = reference, ""
+    if head.endswith(".py") or os.path.sep in head or os.path.isfile(head):
+        obj = _load_file(Path(head), tail or "agent")
+    else:
+        try:
+            module = importlib.import_module(head)
+        except Exception as exc:
+            raise ConfigurationError(
+                f"cannot import {head!r} for the tree {reference!r}: {exc}"
+            ) from None
+        obj = getattr(module, tail or "agent", None)
+    if not isinstance(obj, Agent):
+        raise ConfigurationError(f"{reference!r} does not name an Agent")
+    return obj
+
+
+def _load_file(path: Path, name: str) -> object:
+    if not path.is_file():
+        raise ConfigurationError(f"no such file: {path}")
+    digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
+    module_name = f"_orchestrator_user_{digest}_{path.stem}"
+    module = sys.modules.get(module_name)
+    if module is None:  # loaded as the command line loads it, once per process
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        if spec is None or spec.loader is None:
+            raise ConfigurationError(f"cannot load {path} as Python")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        sys.path.insert(0, str(path.resolve().parent))
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            sys.modules.pop(module_name, None)
+            raise ConfigurationError(
+                f"{path} failed to import: {type(exc).__name__}: {exc}"
+            ) from None
+        finally:
+            sys.path.pop(0)
+    return getattr(module, name, None)
+
+
+def journal_header(
+    agent: Agent,
+    prompt: str,
+    run_id: str,
+    *,
+    tree_ref: str | None = None,
+    model: Model | str | None = None,
+    limits: Limits | None = None,
+) -> JournalHeader:
+    """The header of a new run's journal."""
+    whole, parts = fingerprint(agent)
+    options: dict[str, Any] = {}
+    if isinstance(model, str):
+        options["model"] = model
+    if limits is not None:
+        options["limits"] = {k: v for k, v in dataclasses.asdict(limits).items() if v is not None}
+    return JournalHeader(
+        run_id=run_id,
+        prompt=prompt,
+        tree_ref=tree_reference(agent) if tree_ref is None else tree_ref,
+        fingerprint=whole,
+        fingerprint_parts=parts,
+        options=options,
+    )
+
+
+def open_journal(
+    path: str | os.PathLike[str],
+    agent: Agent,
+    prompt: str,
+    run_id: str,
+    model: Model | str | None,
+    limits: Limits | None,
+) -> SQLiteJournal:
+    """A new journal at ``path`` for a run about to start (``open_run(journal=PATH)``)."""
+    header = journal_header(agent, prompt, run_id, model=model, limits=limits)
+    return SQLiteJournal.create(path, header)
+
+
+def check_tree(header: JournalHeader, agent: Agent, path: Path) -> None:
+    """Raise ConfigurationError, naming the first difference, if ``agent`` is not the tree the
+    journal was written by."""
+    whole, parts = fingerprint(agent)
+    if whole != header.fingerprint:
+        raise ConfigurationError(
+            f"the journal {path} was written by another tree: "
+            f"{_first_difference(header.fingerprint_parts, parts)}"
+        )
+
+
+def recorded_limits(options: dict[str, Any]) -> Limits | None:
+    """The run-wide limits a journal's header options recorded, if any."""
+    values = options.get("limits")
+    if not values:
+        return None
+    known = {f.name for f in dataclasses.fields(Limits)}
+    return Limits(**{k: v for k, v in values.items() if k in known})
+
+
+async def resume(
+    journal_path: str | os.PathLike[str],
+    *,
+    agent: Agent | None = None,
+    model: Model | str | None = None,
+    limits: Limits | None = None,
+    policy: Policy | None = None,
+    deps: Any = None,
+    tracer_provider: trace.TracerProvider | None = None,
+    context: ContextPolicy | None = None,
+    tool_threads: int | None = None,
+    runner: ChildRunner | None = None,
+    definitions: Agent | None = None,
+) -> RunResult:
+    """Continue the run journaled at ``journal_path`` and return its whole result tree.
+
+    The tree comes from the journal's reference unless ``agent`` is given; it must match the
+    journal's fingerprint. ``model`` and ``limits`` default to what the run was started with
+    (when they could be recorded: a model given as a string, the run's limits); the run's
+    ``timeout`` counts again from now, its budgets continue from what was spent. The other
+    options are :func:`~orchestrator.run`'s and apply to what runs from now on. A run that had
+    completed resumes to its result at once (everything is replayed). ``definitions`` is the
+    tree to check against the journal when ``agent`` is that tree changed by the caller (the
+    command line's ``--override-model``, ``--mcp``): what it was journaled with, as defined.
+    """
+    from .run import DEFAULT_TOOL_THREADS, run  # run.py imports this module's journal opener
+
+    path = Path(journal_path)
+    header = read_header(path)
+    if agent is None:
+        if not header.tree_ref:
+            raise ConfigurationError(
+                f"the journal {path} does not say where its tree is defined (it was not "
+                "importable as module:attr): pass resume(..., agent=tree)"
+            )
+        agent = load_tree(header.tree_ref)
+    check_tree(header, definitions or agent, path)
+    journal = SQLiteJournal.open(path)
+    try:
+        return await run(
+            agent,
+            header.prompt,
+            model=model if model is not None else header.options.get("model"),
+            limits=limits if limits is not None else recorded_limits(header.options),
+            policy=policy,
+            deps=deps,
+            tracer_provider=tracer_provider,
+            run_id=header.run_id,
+            context=context,
+            tool_threads=tool_threads or DEFAULT_TOOL_THREADS,
+            journal=journal,
+            runner=runner,
+        )
+    finally:
+        journal.close()
+
+
+def resume_sync(journal_path: str | os.PathLike[str], **options: Any) -> RunResult:
+    """:func:`resume` under ``trio.run``, then a bounded flush of the tracer provider's spans."""
+    from ..tracing.flush import flush_tracer_provider
+
+    result = trio.run(lambda: resume(journal_path, **options))
+    flush_tracer_provider(options.get("tracer_provider"), timeout=2.0)
+    return result
+
+
+def resumable(paths: Sequence[Path]) -> list[tuple[Path, JournalHeader]]:
+    """The journals among ``paths`` that can be read, with their headers (for listings)."""
+    out = []
+    for p in paths:
+        try:
+            out.append((p, read_header(p)))
+        except (ConfigurationError, OSError, ValueError, json.JSONDecodeError):
+            continue
+    return out

@@ -1,0 +1,231 @@
+"""The child seam: what a spawn hands to whoever runs the child, and what comes back.
+
+A spawn is planned on the parent's side (the checks that refuse it, its number and path, the
+tools it may hold) into a :class:`ChildSpec` of plain data, and handed to the run's
+:class:`ChildRunner` with the parent's side of the child, :class:`ParentSide` (the parent's
+ledger to lease from and settle on, its event sink, approvals, spawn quotas and cancellation).
+The runner runs it and returns a :class:`ChildOutcome`. Nothing else reaches across from a
+parent to a child, so a runner that runs children in another process or on another machine
+(``orchestrator.dask``) implements the same protocol as :class:`InProcessRunner`, the default,
+which runs the child's loop right here, in the parent's EXECUTE step (so the child is
+cancelled with its parent and never outlives it).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+import trio
+from opentelemetry import propagate, trace
+
+from ..tracing import spans
+from .limits import Limits
+from .messages import Usage
+from .result import RunStatus
+from .spawn import build_child, plan_child, summarize
+
+if TYPE_CHECKING:
+    from .events import EventSink
+    from .state import AgentNode, RunState
+
+__all__ = [
+    "BudgetLease",
+    "ChildOutcome",
+    "ChildRunner",
+    "ChildSpec",
+    "InProcessRunner",
+    "ParentSide",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetLease:
+    """What a child may spend: the room left of the parent's budgets when it was spawned
+    (``inf`` where there is no budget). A runner elsewhere holds its child to it; the parent
+    settles the child's real usage on its own ledger when the child ends."""
+
+    tokens: float = math.inf
+    cost_usd: float = math.inf
+
+
+@dataclass(frozen=True, slots=True)
+class ChildSpec:
+    """One child to run, as plain data (it pickles: a runner may send it anywhere).
+
+    ``tree`` names the tree (its root agent) and ``agent`` the child's definition in it;
+    ``path`` is the child's path in the run (``lead/researcher#2``), ``depth`` its depth.
+    ``tools`` are the names of the tools it holds (its definition's, narrowed by the call).
+    ``limits`` are its per-agent limits, inherited values filled in. ``deadline`` is when it
+    must end, in seconds since the epoch (``inf``: no deadline). ``trace_context`` is the W3C
+    trace context of the spawn span (empty when the run is not traced), so a child run
+    elsewhere parents its spans under it. ``turn`` and ``position`` are the spawn call's turn
+    in the parent and its position in that turn's reply.
+    """
+
+    tree: str
+    agent: str
+    path: str
+    depth: int
+    task: str
+    tools: tuple[str, ...]
+    limits: Limits
+    deadline: float
+    lease: BudgetLease
+    trace_context: dict[str, str] = field(default_factory=dict)
+    turn: int = 0
+    position: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ChildOutcome:
+    """How a child ended, for its parent: its status, answer (or reason), usage and a summary
+    of what it had done (shown to the parent's model when it did not complete)."""
+
+    path: str
+    status: RunStatus
+    output: str
+    error: str | None
+    usage: Usage
+    turns: int
+    summary: str
+
+
+@runtime_checkable
+class ChildRunner(Protocol):
+    """Runs one child to its end: ``await runner.run(spec, parent)``.
+
+    Cancellation of the awaiting task must reach the child (and end it ``cancelled``); the
+    outcome must be returned whatever the child's status, and only an orchestrator bug may
+    raise.
+    """
+
+    async def run(self, spec: ChildSpec, parent: ParentSide) -> ChildOutcome:
+        """Run the child ``spec`` describes under ``parent`` and say how it ended."""
+        ...
+
+
+class ParentSide:
+    """The parent's side of its children, for one spawn call: what a runner may use.
+
+    ``plan`` makes the :class:`ChildSpec` (raising ``ToolError`` for a spawn refused before
+    anything starts); ``start`` builds the child's in-process state under the parent (a runner
+    that runs it elsewhere does not need it); ``outcome`` reads how an in-process child ended.
+    ``ledger``, ``events`` and ``cancelled`` are the parent's budget, event sink and
+    cancellation, for runners that run the child elsewhere.
+    """
+
+    __slots__ = ("node", "position", "run", "span", "turn")
+
+    def __init__(
+        self, run: RunState, node: AgentNode, turn: int, position: int, span: trace.Span
+    ) -> None:
+        self.run = run
+        self.node = node
+        self.turn = turn
+        self.position = position
+        self.span = span
+
+    def plan(self, agent: str, task: str, tools: list[str] | None) -> ChildSpec:
+        """The child a spawn call asks for; raises ``ToolError`` if it may not start."""
+        run, node = self.run, self.node
+        definition = run.tree.by_name[agent]
+        path, held, limits = plan_child(
+            run, node, definition, task, tools, (self.turn, self.position)
+        )
+        left = node.deadline - trio.current_time()
+        context: dict[str, str] = {}
+        if run.tracer is not None and self.span.is_recording():
+            propagate.inject(context, trace.set_span_in_context(self.span))
+        tokens, cost = node.ledger.room()
+        return ChildSpec(
+            tree=run.tree.root.name,
+            agent=agent,
+            path=path,
+            depth=node.depth + 1,
+            task=task,
+            tools=held,
+            limits=limits,
+            deadline=time.time() + left if left < math.inf else math.inf,
+            lease=BudgetLease(tokens, cost),
+            trace_context=context,
+            turn=self.turn,
+            position=self.position,
+        )
+
+    def start(self, spec: ChildSpec) -> AgentNode:
+        """The child's state under the parent (its ledger, slots and quota chained to the
+        parent's), counted among the parent's children."""
+        return build_child(
+            self.run,
+            self.node,
+            spec.agent,
+            spec.path,
+            spec.task,
+            spec.tools,
+            (spec.turn, spec.position),
+        )
+
+    @property
+    def events(self) -> EventSink:
+        """The run's event sink (a runner elsewhere forwards its child's events here)."""
+        return self.run.events
+
+    def settle(self, usage: Usage) -> None:
+        """Count what a child run elsewhere spent against the parent's budgets (an in-process
+        child bills the shared ledger as it goes, and never needs this)."""
+        self.node.ledger.spend(usage)
+
+    def outcome(self, child: AgentNode) -> ChildOutcome:
+        """How an in-process child ended."""
+        status = child.status or RunStatus.ERROR
+        return ChildOutcome(
+            path=child.path,
+            status=status,
+            output=child.output,
+            error=child.error,
+            usage=child.subtree_usage(),
+            turns=child.turns,
+            summary="" if status is RunStatus.COMPLETED else summarize(child),
+        )
+
+    async def spawn(self, agent: str, task: str, tools: list[str] | None) -> ChildOutcome:
+        """Plan the child, run it with the run's runner, and roll its outcome up on the spawn
+        span."""
+        spec = self.plan(agent, task, tools)
+        outcome: ChildOutcome | None = None
+        try:
+            outcome = await (self.run.runner or IN_PROCESS).run(spec, self)
+        finally:
+            s = self.span
+            if s.is_recording():  # the spawn span carries its subtree's roll-up
+                if outcome is None:  # cut: what the in-process child got to
+                    outcome = self._cut_outcome(spec)
+                s.set_attributes(spans.usage_attributes("orchestrator.usage", outcome.usage))
+                s.set_attribute("orchestrator.spawn.agent_path", outcome.path)
+                s.set_attribute("orchestrator.spawn.outcome", outcome.status.value)
+        return outcome
+
+    def _cut_outcome(self, spec: ChildSpec) -> ChildOutcome:
+        for key, child in reversed(self.node.children):
+            if key == (spec.turn, spec.position):
+                return self.outcome(child)
+        return ChildOutcome(spec.path, RunStatus.CANCELLED, "", "cut", Usage(), 0, "")
+
+
+class InProcessRunner:
+    """Runs each child's loop in the parent's task (the default runner): the child is a
+    node of the same run, sharing its clients, tracer, budgets and cancel scope."""
+
+    async def run(self, spec: ChildSpec, parent: ParentSide) -> ChildOutcome:
+        from .loop import run_agent  # the loop sits above the tool execution this is called from
+
+        child = parent.start(spec)
+        await run_agent(child, parent.run)
+        return parent.outcome(child)
+
+
+IN_PROCESS = InProcessRunner()
+"""The default runner (stateless: one for every run)."""

@@ -1,0 +1,161 @@
+"""``orchestrator run FILE.py PROMPT --mcp NAME=COMMAND`` / ``--mcp NAME=URL``, and bad input.
+
+Each test runs the real command in a subprocess, with the test MCP server of tests/support as a
+real process (stdio) or on a free 127.0.0.1 port (HTTP). Bad input is one line on stderr and
+exit code 2, and nothing is left running (read from the process table).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support.mcp_servers import SERVER, free_port, http_test_server
+
+
+@pytest.fixture
+def http_server(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    with http_test_server(tmp_path) as server:
+        yield server
+
+
+AGENTS = """\
+from orchestrator import Agent, Policy
+from orchestrator.models import ScriptedModel, text, tool_call
+
+agent = Agent(
+    "root",
+    "Use the tools.",
+    model=ScriptedModel([tool_call("{name}__echo", {{"text": "over {name}"}}), text("echoed")]),
+    {policy}
+)
+"""
+POLICY = 'policy=Policy({{"{name}__fail": "deny", "{name}__s*": "confirm"}}),'
+
+
+def cli(
+    tmp_path: Path, *args: str, name: str = "test", policy: bool = False
+) -> subprocess.CompletedProcess[str]:
+    rules = POLICY.format(name=name) if policy else ""
+    (tmp_path / "agents.py").write_text(AGENTS.format(name=name, policy=rules))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "ANTHROPIC_"))}
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "run", "agents.py", "Go.", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def stdio_spec(tmp_path: Path, name: str = "test") -> str:
+    command = [sys.executable, str(SERVER), "--marker-dir", str(tmp_path)]
+    return f"{name}={shlex.join(command)}"
+
+
+def running_with(fragment: str) -> list[str]:
+    """Processes whose command line holds ``fragment`` (this test's own folder)."""
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True, check=True)
+    return [line for line in out.stdout.splitlines() if fragment in line and "ps -eo" not in line]
+
+
+def test_a_stdio_server_from_the_command_line_gives_the_root_its_tools(tmp_path: Path) -> None:
+    proc = cli(tmp_path, "--mcp", stdio_spec(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "echoed\n"
+    assert "status=completed " in proc.stderr
+    # the server's stderr is in a log beside the trace, never on the terminal
+    assert "test server default starting" not in proc.stderr
+    (log,) = (tmp_path / "runs").glob("*.mcp-test.stderr.log")
+    assert "test server default starting" in log.read_text()
+    assert log.name.split(".")[0] == next((tmp_path / "runs").glob("*.jsonl")).stem
+    assert running_with(str(tmp_path)) == []
+
+
+def test_an_http_server_from_the_command_line(
+    tmp_path: Path, http_server: tuple[str, subprocess.Popen[bytes]]
+) -> None:
+    url, _ = http_server
+    proc = cli(tmp_path, "--mcp", f"web={url}", name="web")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "echoed\n"
+
+
+def test_dry_run_starts_the_servers_to_list_their_tools_and_policy(tmp_path: Path) -> None:
+    proc = cli(tmp_path, "--dry-run", "--mcp", stdio_spec(tmp_path), policy=True)
+    assert proc.returncode == 0, proc.stderr
+    lines = dict(line.split(": ", 1) for line in proc.stdout.splitlines())
+    assert lines["toolsets"] == "started 1 to list their tools"
+    listed = lines["tools of root"].split(", ")
+    assert "test__echo (allow)" in listed and "test__fail (deny)" in listed
+    assert "test__sleep (confirm)" in listed and "test__sample (confirm)" in listed
+    assert running_with(str(tmp_path)) == []
+
+
+@pytest.fixture
+def not_mcp(tmp_path: Path) -> Iterator[str]:
+    """A plain HTTP server (not MCP) on a free 127.0.0.1 port."""
+    port = free_port()
+    served = tmp_path / "plain"
+    served.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+        cwd=served,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    time.sleep(0.5)
+    try:
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("test", "--mcp 'test': expected NAME=COMMAND (stdio) or NAME=URL (streamable HTTP)"),
+        ("test=ws://127.0.0.1:9/mcp", "--mcp test: unknown transport 'ws'"),
+        (
+            "test=no-such-mcp-server-command --flag",
+            "MCP server 'test' failed to start: its command 'no-such-mcp-server-command' was "
+            "not found",
+        ),
+        ("test=http://127.0.0.1:{port}/mcp", "MCP server 'test' failed to start: nothing answered"),
+        ("test={plain}", "failed to start: it did not answer as an MCP server"),
+        ("test={printer}", "failed to start: it closed the connection before answering"),
+        ("test={failing}", "its last stderr line: error: cannot open the database"),
+    ],
+    ids=[
+        "no-equals",
+        "unknown-transport",
+        "not-found",
+        "no-answer",
+        "not-mcp",
+        "not-mcp-stdio",
+        "exits",
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2_with_nothing_left_running(
+    tmp_path: Path, not_mcp: str, spec: str, expected: str
+) -> None:
+    failing = shlex.join(
+        [sys.executable, str(SERVER), "--variant", "fail-start", "--marker-dir", str(tmp_path)]
+    )
+    printer = shlex.join([sys.executable, "-c", "print('hello, not MCP')"])
+    spec = spec.format(port=free_port(), plain=not_mcp, failing=failing, printer=printer)
+    proc = cli(tmp_path, "--mcp", spec)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("orchestrator: ") and expected in line, line
+    assert "Traceback" not in proc.stderr
+    assert [p for p in running_with(str(tmp_path)) if "http.server" not in p] == []
