@@ -244,3 +244,15 @@ async def test_the_resumed_trace_is_a_new_trace_linked_to_the_first_runs_root(tm
         first_root.context.trace_id,
         first_root.context.span_id,
     )
+
+
+def test_the_fingerprint_reads_definitions_without_checking_them():
+    # a policy naming a tool of an MCP server is checked once the server's tools are listed,
+    # when the run starts; the journal's fingerprint is taken before that
+    from orchestrator import Policy
+    from orchestrator.core.resume import fingerprint
+
+    agent = Agent("a", "x", policy=Policy({"files__delete": "deny"}))
+    whole, parts = fingerprint(agent)
+    assert whole and "a.instructions" in parts
+    assert fingerprint(Agent("a", "y", policy=Policy({"files__delete": "deny"})))[0] != whole
