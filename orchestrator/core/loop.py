@@ -38,6 +38,7 @@ from .generate import (
 )
 from .limits import fixed_units
 from .messages import Message, ToolResultBlock, ToolUseBlock, text_of
+from .records import quick_init
 from .result import RunStatus
 from .state import AgentNode, RunState, _LoopState, tool_specs
 
@@ -138,6 +139,7 @@ async def run_agent(node: AgentNode, run: RunState) -> None:
                 )
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ToolCalls:
     """PARSE's result when the reply asks for tools: the calls EXECUTE runs."""
@@ -145,6 +147,7 @@ class ToolCalls:
     calls: list[ToolUseBlock]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class AskAgain:
     """PARSE's result when the reply asks for another model call and no tools: in the same
@@ -186,7 +189,22 @@ async def _loop(node: AgentNode, run: RunState) -> None:
             records_outcome=True,
         ) as turn_span:
             try:
-                await _turn(node, run, state, turn_span)
+                # GENERATE and PARSE; then EXECUTE and RESUME when the reply calls tools (inline,
+                # not a helper's frame: every agent waits here, and each frame on a waiting
+                # agent's stack is passed through at each of its wakeups and walked by the GC)
+                step: ModelResponse | Ended | None = await _generate_step(
+                    node, run, state, turn_span
+                )
+                parsed = (
+                    step if not isinstance(step, ModelResponse) else _parse_step(node, state, step)
+                )
+                step = None  # not kept through EXECUTE: every object alive across a wait is walked
+                if isinstance(parsed, AskAgain) and parsed is not NEXT_TURN:
+                    parsed = await _ask_again(node, run, state, turn_span, parsed)
+                if isinstance(parsed, ToolCalls):
+                    _resume_step(node, state, await _execute(node, run, parsed.calls))
+                elif isinstance(parsed, Ended):
+                    node.finish(parsed.status, parsed.reason, parsed.output)
             except BaseException as exc:
                 if is_cancellation(exc):  # cut from outside: say why, as the agent span will
                     status, reason = run.cut_status(node)
@@ -200,15 +218,14 @@ async def _loop(node: AgentNode, run: RunState) -> None:
                 )
 
 
-async def _turn(node: AgentNode, run: RunState, state: _LoopState, turn_span: Any) -> None:
-    """One turn: GENERATE, PARSE, then EXECUTE and RESUME when the reply calls tools."""
-    step: ModelResponse | ContextFull | Ended | None = await _generate_step(
-        node, run, state, turn_span
-    )
-    if isinstance(step, ModelResponse):
-        parsed = _parse_step(node, state, step)
-        if isinstance(parsed, AskAgain) and parsed.max_tokens is not None:
-            # a tool call cut by max_tokens: the same turn's call again, with a larger cap
+async def _ask_again(
+    node: AgentNode, run: RunState, state: _LoopState, turn_span: Any, asked: AskAgain
+) -> Parsed:
+    """What PARSE asked for instead of a next turn: the turn's call made again with a larger
+    output cap (a tool call was cut), or a compaction (the context window filled mid-reply)."""
+    parsed: Parsed = asked
+    while isinstance(parsed, AskAgain) and parsed is not NEXT_TURN:
+        if parsed.max_tokens is not None:
             step = await _call_model(node, run, state, parsed.max_tokens, again=True)
             if isinstance(step, ModelResponse):
                 node.turn_log.pop()  # the turn is the retried call's: the cut one was dropped
@@ -218,24 +235,14 @@ async def _turn(node: AgentNode, run: RunState, state: _LoopState, turn_span: An
                 parsed = Ended(RunStatus.CONTEXT_EXCEEDED, CONTEXT_EXCEEDED_REASON)
             else:
                 parsed = step
-        step = None  # not kept through EXECUTE: every object alive across a wait is walked by GC
-        if isinstance(parsed, ToolCalls):
-            _resume_step(node, state, await _execute(node, run, parsed.calls))
-            return
-        if isinstance(parsed, AskAgain) and parsed.compact:
-            # the reply was cut by a full context window: it is not kept, a checkpoint summary
-            # replaces the transcript, and the next turn asks again
+        else:  # the reply is not kept: a checkpoint summary replaces the transcript
             state.context_retry = True
             ended = await _compact(node, run, state, overflow=True)
-            if ended is None:
-                state.compacted_since_last_turn = True
-                parsed = _turns_left(node, state, "after compacting") or NEXT_TURN
-            else:
-                parsed = ended
-        if isinstance(parsed, Ended):
-            node.finish(parsed.status, parsed.reason, parsed.output)
-    elif isinstance(step, Ended):
-        node.finish(step.status, step.reason, step.output)
+            if ended is not None:
+                return ended
+            state.compacted_since_last_turn = True
+            return _turns_left(node, state, "after compacting") or NEXT_TURN
+    return parsed
 
 
 async def _generate_step(
@@ -254,7 +261,12 @@ async def _generate_step(
     state.turn_compacted = compacted or state.compacted_since_last_turn
     state.compacted_since_last_turn = False
     state.turn_estimate = node.estimate()
-    response = await _call_model(node, run, state, node.agent.max_output_tokens)
+    max_tokens = node.agent.max_output_tokens
+    response = await (
+        _generate(node, run, state.specs, max_tokens)
+        if run.journal is None  # a frame less where every agent waits
+        else _call_model(node, run, state, max_tokens)
+    )
     if (
         isinstance(response, ContextFull)
         and state.compaction_threshold is not None

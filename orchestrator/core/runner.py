@@ -13,9 +13,11 @@ cancelled with its parent and never outlives it).
 
 from __future__ import annotations
 
+import functools
 import math
 import time
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import trio
@@ -24,12 +26,14 @@ from opentelemetry import propagate, trace
 from ..tracing import spans
 from .limits import Limits
 from .messages import Usage
+from .records import quick_init
 from .result import RunStatus
 from .spawn import build_child, plan_child, summarize
 
 if TYPE_CHECKING:
     from .events import EventSink
     from .state import AgentNode, RunState
+    from .tools import Tool
 
 __all__ = [
     "BudgetLease",
@@ -41,6 +45,7 @@ __all__ = [
 ]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class BudgetLease:
     """What a child may spend: the room left of the parent's budgets when it was spawned
@@ -51,6 +56,7 @@ class BudgetLease:
     cost_usd: float = math.inf
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ChildSpec:
     """One child to run, as plain data (it pickles: a runner may send it anywhere).
@@ -60,7 +66,8 @@ class ChildSpec:
     ``tools`` are the names of the tools it holds (its definition's, narrowed by the call).
     ``limits`` are its per-agent limits, inherited values filled in. ``deadline`` is when it
     must end, in seconds since the epoch (``inf``: no deadline). ``trace_context`` is the W3C
-    trace context of the spawn span (empty when the run is not traced), so a child run
+    trace context of the spawn span as (key, value) pairs (``dict()`` makes a carrier of it;
+    empty when the run is not traced), so a child run
     elsewhere parents its spans under it. ``turn`` and ``position`` are the spawn call's turn
     in the parent and its position in that turn's reply.
     """
@@ -74,11 +81,12 @@ class ChildSpec:
     limits: Limits
     deadline: float
     lease: BudgetLease
-    trace_context: dict[str, str] = field(default_factory=dict)
+    trace_context: tuple[tuple[str, str], ...] = ()
     turn: int = 0
     position: int = 0
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ChildOutcome:
     """How a child ended, for its parent: its status, answer (or reason), usage and a summary
@@ -99,7 +107,10 @@ class ChildRunner(Protocol):
 
     Cancellation of the awaiting task must reach the child (and end it ``cancelled``); the
     outcome must be returned whatever the child's status, and only an orchestrator bug may
-    raise.
+    raise. A runner may also have ``session(run)``, an async context manager that
+    :func:`~orchestrator.open_run` enters before the root's first model call and leaves when
+    the run ends (to open and close a connection; a ``ConfigurationError`` it raises refuses
+    the run before anything is spent).
     """
 
     async def run(self, spec: ChildSpec, parent: ParentSide) -> ChildOutcome:
@@ -117,7 +128,7 @@ class ParentSide:
     cancellation, for runners that run the child elsewhere.
     """
 
-    __slots__ = ("node", "position", "run", "span", "turn")
+    __slots__ = ("_admitted", "node", "position", "run", "span", "turn")
 
     def __init__(
         self, run: RunState, node: AgentNode, turn: int, position: int, span: trace.Span
@@ -127,6 +138,8 @@ class ParentSide:
         self.turn = turn
         self.position = position
         self.span = span
+        self._admitted: tuple[ChildSpec, dict[str, Tool], Limits] | None = None
+        """The last spec :meth:`plan` made, with the tools and limits it found for it."""
 
     def plan(self, agent: str, task: str, tools: list[str] | None) -> ChildSpec:
         """The child a spawn call asks for; raises ``ToolError`` if it may not start."""
@@ -136,28 +149,33 @@ class ParentSide:
             run, node, definition, task, tools, (self.turn, self.position)
         )
         left = node.deadline - trio.current_time()
-        context: dict[str, str] = {}
+        context: tuple[tuple[str, str], ...] = ()
         if run.tracer is not None and self.span.is_recording():
-            propagate.inject(context, trace.set_span_in_context(self.span))
+            carrier: dict[str, str] = {}
+            propagate.inject(carrier, trace.set_span_in_context(self.span))
+            context = tuple(carrier.items())
         tokens, cost = node.ledger.room()
-        return ChildSpec(
-            tree=run.tree.root.name,
-            agent=agent,
-            path=path,
-            depth=node.depth + 1,
-            task=task,
-            tools=held,
-            limits=limits,
-            deadline=time.time() + left if left < math.inf else math.inf,
-            lease=BudgetLease(tokens, cost),
-            trace_context=context,
-            turn=self.turn,
-            position=self.position,
+        spec = ChildSpec(
+            run.tree.root.name,
+            agent,
+            path,
+            node.depth + 1,
+            task,
+            tuple(held),
+            limits,
+            time.time() + left if left < math.inf else math.inf,
+            BudgetLease(tokens, cost),
+            context,
+            self.turn,
+            self.position,
         )
+        self._admitted = (spec, held, limits)
+        return spec
 
     def start(self, spec: ChildSpec) -> AgentNode:
         """The child's state under the parent (its ledger, slots and quota chained to the
         parent's), counted among the parent's children."""
+        admitted = self._admitted
         return build_child(
             self.run,
             self.node,
@@ -166,6 +184,7 @@ class ParentSide:
             spec.task,
             spec.tools,
             (spec.turn, spec.position),
+            (admitted[1], admitted[2]) if admitted is not None and admitted[0] is spec else None,
         )
 
     @property
@@ -191,22 +210,21 @@ class ParentSide:
             summary="" if status is RunStatus.COMPLETED else summarize(child),
         )
 
-    async def spawn(self, agent: str, task: str, tools: list[str] | None) -> ChildOutcome:
-        """Plan the child, run it with the run's runner, and roll its outcome up on the spawn
-        span."""
-        spec = self.plan(agent, task, tools)
-        outcome: ChildOutcome | None = None
-        try:
-            outcome = await (self.run.runner or IN_PROCESS).run(spec, self)
-        finally:
-            s = self.span
-            if s.is_recording():  # the spawn span carries its subtree's roll-up
-                if outcome is None:  # cut: what the in-process child got to
-                    outcome = self._cut_outcome(spec)
-                s.set_attributes(spans.usage_attributes("orchestrator.usage", outcome.usage))
-                s.set_attribute("orchestrator.spawn.agent_path", outcome.path)
-                s.set_attribute("orchestrator.spawn.outcome", outcome.status.value)
-        return outcome
+    @property
+    def runner(self) -> ChildRunner:
+        """The run's runner (in this process unless the run was given another)."""
+        return self.run.runner or IN_PROCESS
+
+    def roll_up(self, spec: ChildSpec, outcome: ChildOutcome | None) -> None:
+        """The child's outcome on the spawn span (``None``: it was cut; what the in-process
+        child got to)."""
+        s = self.span
+        if s.is_recording():  # the spawn span carries its subtree's roll-up
+            if outcome is None:
+                outcome = self._cut_outcome(spec)
+            s.set_attributes(spans.usage_attributes("orchestrator.usage", outcome.usage))
+            s.set_attribute("orchestrator.spawn.agent_path", outcome.path)
+            s.set_attribute("orchestrator.spawn.outcome", outcome.status.value)
 
     def _cut_outcome(self, spec: ChildSpec) -> ChildOutcome:
         for key, child in reversed(self.node.children):
@@ -220,11 +238,18 @@ class InProcessRunner:
     node of the same run, sharing its clients, tracer, budgets and cancel scope."""
 
     async def run(self, spec: ChildSpec, parent: ParentSide) -> ChildOutcome:
-        from .loop import run_agent  # the loop sits above the tool execution this is called from
-
         child = parent.start(spec)
-        await run_agent(child, parent.run)
+        await _run_agent()(child, parent.run)
         return parent.outcome(child)
+
+
+@functools.cache
+def _run_agent() -> Callable[[AgentNode, RunState], Awaitable[None]]:
+    """The loop's entry point, imported on first use: the loop sits above the tool execution
+    that imports this module."""
+    from .loop import run_agent
+
+    return run_agent
 
 
 IN_PROCESS = InProcessRunner()

@@ -227,7 +227,7 @@ def plan_child(
     task: str,
     tool_names: list[str] | None,
     key: tuple[int, int],
-) -> tuple[str, tuple[str, ...], Limits]:
+) -> tuple[str, dict[str, Tool], Limits]:
     """The checks a spawn call passes before its child starts (a blank task, tools outside
     the child's set, ``max_children``, ``max_agents``), raising ToolError for a refused one;
     then the child's path, the names of the tools it holds and its limits. ``key`` is the
@@ -266,7 +266,7 @@ def plan_child(
         )
     index = book.ordinal.get(position, book.per_agent.get(agent.name, 0) + 1)
     path = f"{parent.path}/{agent.name}#{index}"
-    return path, tuple(base), _per_agent_limits(agent, parent.limits)
+    return path, base, _per_agent_limits(agent, parent.limits)
 
 
 def build_child(
@@ -277,13 +277,19 @@ def build_child(
     task: str,
     tool_names: tuple[str, ...],
     key: tuple[int, int],
+    admitted: tuple[dict[str, Tool], Limits] | None = None,
 ) -> AgentNode:
     """The node of a child :func:`plan_child` admitted, under ``parent``: its sub-budget,
     slots and agent quota chained to the parent's (where its definition sets its own), its
-    deadline, its tools, its transcript (the task), counted among the parent's children."""
+    deadline, its tools, its transcript (the task), counted among the parent's children.
+    ``admitted``: the tools and limits :func:`plan_child` found for it (else found again)."""
     agent = run.tree.by_name[agent_name]
-    allowed = _allowed_tools(run, parent, agent)
-    limits = _per_agent_limits(agent, parent.limits)
+    if admitted is not None:  # what plan_child found for this very child
+        tools, limits = admitted
+    else:
+        allowed = _allowed_tools(run, parent, agent)
+        tools = {n: allowed[n] for n in tool_names}
+        limits = _per_agent_limits(agent, parent.limits)
     own = agent.limits or _NO_LIMITS
     quota = (  # a subtree's own max_agents counts the child itself
         parent.agent_quota
@@ -304,7 +310,7 @@ def build_child(
         model=_model_for(agent, parent, run),
         limits=limits,
         policy=parent.policy if agent.policy is None else agent.policy.combine(parent.policy),
-        tools={n: allowed[n] for n in tool_names},
+        tools=tools if admitted is None else dict(tools),  # the child adds its spawn tool
         ledger=ledger,
         limiters=limiters,
         agent_quota=quota,
@@ -363,9 +369,16 @@ def _spawn_tool_for(names: tuple[str, ...], listing: str) -> Tool:
     async def spawn_subagent(
         ctx: ToolContext, agent: str, task: str, tools: list[str] | None = None
     ) -> str:
-        if ctx.parent is None:
+        side = ctx.parent
+        if side is None:
             raise ToolError("spawn_subagent can only be called by the runtime, inside a run")
-        outcome = await ctx.parent.spawn(agent, task, tools)
+        # planned and run here, not in a helper: the child's loop runs under this frame
+        spec = side.plan(agent, task, tools)
+        outcome = None
+        try:
+            outcome = await side.runner.run(spec, side)
+        finally:
+            side.roll_up(spec, outcome)
         if outcome.status is RunStatus.COMPLETED:
             return outcome.output
         raise ToolError(

@@ -66,7 +66,7 @@ async def test_every_child_goes_through_the_runner_as_a_spec_that_pickles():
         assert spec.task in {"t0", "t1"}
         assert 0 < spec.lease.tokens <= 100_000 and spec.lease.cost_usd == math.inf
         assert spec.deadline > 0  # the run's default timeout, on the wall clock
-        assert spec.trace_context == {}  # not traced
+        assert spec.trace_context == ()  # not traced
     assert [c.path for c in result.children] == ["lead/worker#1", "lead/worker#2"]
 
 
@@ -82,7 +82,7 @@ async def test_a_traced_spec_carries_the_spawn_spans_trace_context():
     )
     trace_id = format(spawn.context.trace_id, "032x")
     span_id = format(spawn.context.span_id, "016x")
-    assert spec.trace_context["traceparent"].startswith(f"00-{trace_id}-{span_id}-")
+    assert dict(spec.trace_context)["traceparent"].startswith(f"00-{trace_id}-{span_id}-")
 
 
 async def test_the_parent_sees_only_the_outcome_a_runner_returns():
