@@ -31,6 +31,7 @@ from _common import machine, median
 from bench_fanout import ROOT, expected_calls, limits_for, make_model
 
 from orchestrator import open_run, resume, run
+from orchestrator.models import FunctionModel
 from orchestrator.tracing import configure_tracing
 
 
@@ -66,12 +67,18 @@ def resume_time(n: int, folder: Path) -> dict[str, Any]:
     """Stop an N-child run once half its children finished; time the resume."""
     path = folder / "half.db"
     counter = [0]
+    model = make_model(n, 0.0, counter)
+
+    async def half_hang(request: Any) -> Any:  # the second half's workers never get an answer
+        if request.agent.depth == 1 and int(request.agent.path.rpartition("#")[2]) > n // 2:
+            await trio.sleep_forever()
+        return await model._fn(request)
 
     async def first() -> int:
         async with open_run(
             ROOT,
             "Look up every batch.",
-            model=make_model(n, 0.0, counter),
+            model=FunctionModel(half_hang, name="bench-fn"),
             limits=limits_for(n),
             journal=path,
             event_buffer=0,
