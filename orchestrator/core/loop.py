@@ -344,8 +344,8 @@ def _parse_step(
     """
     stop = response.stop_reason
     calls = _tool_calls(response)
-    max_tokens = node.agent.max_output_tokens
     if stop == "max_tokens" and calls:  # a tool call cut mid-way cannot run
+        max_tokens = node.agent.max_output_tokens
         if larger_cap:
             return Ended(
                 RunStatus.ERROR,

@@ -184,7 +184,9 @@ class Policy:
         combined = Policy(rules, default, self.approver or stricter_of.approver)
         # per tool, each layer decides (exact rule, then patterns) and the stricter wins: a
         # pattern cannot be merged into the other layer's rules without changing what it means
-        object.__setattr__(combined, "_layers", (self, stricter_of))
+        # (without patterns, the merged rules are the whole answer: one lookup per call)
+        if self._patterns or self._layers or stricter_of._patterns or stricter_of._layers:
+            object.__setattr__(combined, "_layers", (self, stricter_of))
         approvers: list[Approver] = []
         for approver in (*self._approvers, *stricter_of._approvers):  # by identity: need not hash
             if all(approver is not seen for seen in approvers):

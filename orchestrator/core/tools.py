@@ -46,6 +46,7 @@ from .messages import (
     nesting_exceeds,
     well_formed,
 )
+from .records import quick_init
 from .redact import redact
 
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ MAX_ERROR_CHARS = 100_000
 """The cap of an error result made outside a tool call (the loop's refusals)."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ToolContext:
     """What the runtime tells a tool about the call it is serving.
