@@ -257,6 +257,11 @@ class SQLiteJournal:
         finally:
             os.close(self._lock)
 
+    def discard(self) -> None:
+        """Delete the (closed) file of a run that never started: there is nothing to resume."""
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+
     def _write(self, sql: str, parameters: tuple[Any, ...]) -> None:
         self._db.execute(sql, parameters)  # autocommit: one transaction per record
 
@@ -265,24 +270,28 @@ class SQLiteJournal:
 
     # -- the Journal protocol ---------------------------------------------------------------
 
+    def _set_all(self, values: tuple[tuple[str, str], ...]) -> None:
+        """Header values, in one transaction."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._db.executemany("INSERT OR REPLACE INTO header (key, value) VALUES (?, ?)", values)
+            self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:  # SQLite rolls back itself after an I/O error
+                self._db.execute("ROLLBACK")
+            raise
+
     async def run_started(self, run_id: str, trace_id: int, span_id: int) -> None:
         if self.resuming:  # the first run's root span stays the one a resumed trace links to
             self._set("resumed_at", repr(time.time()))
             return
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            for key, value in (
+        self._set_all(
+            (
                 ("trace_id", str(trace_id)),
                 ("span_id", str(span_id)),
                 ("started_at", repr(time.time())),
-            ):
-                self._db.execute(
-                    "INSERT OR REPLACE INTO header (key, value) VALUES (?, ?)", (key, value)
-                )
-            self._db.execute("COMMIT")
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
+            )
+        )
 
     async def lookup_response(self, path: str, turn: int) -> ModelResponse | None:
         if not self.resuming:
@@ -330,16 +339,7 @@ class SQLiteJournal:
         )
 
     async def run_ended(self, run_id: str, status: str) -> None:
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            for key, value in (("status", status), ("ended_at", repr(time.time()))):
-                self._db.execute(
-                    "INSERT OR REPLACE INTO header (key, value) VALUES (?, ?)", (key, value)
-                )
-            self._db.execute("COMMIT")
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
+        self._set_all((("status", status), ("ended_at", repr(time.time()))))
 
     # -- reading it -----------------------------------------------------------------------
 

@@ -74,11 +74,18 @@ def wire_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
 
 def _arguments_text(block: ToolUseBlock) -> str:
     tool_input = block.input
-    if len(tool_input) == 1:
-        ((key, value),) = tool_input.items()
-        if isinstance(key, str) and key.startswith(INVALID_JSON_KEY) and isinstance(value, str):
-            return value  # what the model wrote, as it wrote it
+    if len(tool_input) <= 2:
+        for key, value in tool_input.items():
+            if isinstance(key, str) and key.startswith(INVALID_JSON_KEY) and isinstance(value, str):
+                return value  # what the model wrote, as it wrote it
     return json.dumps(dict(tool_input), ensure_ascii=False, default=str)
+
+
+def _takes_any_object(schema: Mapping[str, Any]) -> bool:
+    """Whether a tool's schema accepts an object with an unknown key and nothing else (no
+    required field, extra keys allowed: JSON schema's default, which tools described by a
+    schema may keep). ``@tool`` schemas forbid extra keys."""
+    return schema.get("additionalProperties", True) is not False and not schema.get("required")
 
 
 def wire_messages(system: str, messages: Sequence[Message]) -> list[dict[str, Any]]:
@@ -148,8 +155,10 @@ class _Assembler:
     JSON) is remembered in ``failure`` rather than raised.
     """
 
-    def __init__(self, ctx: ModelContext) -> None:
+    def __init__(self, ctx: ModelContext, tools: Sequence[ToolSpec] = ()) -> None:
         self._ctx = ctx
+        self._loose = frozenset(t.name for t in tools if _takes_any_object(t.input_schema))
+        """Tools whose validation would let the invalid-JSON key through (see ``_invalid``)."""
         self._text: list[str] = []
         self._thinking: list[str] = []
         self._refusal: list[str] = []
@@ -307,12 +316,12 @@ class _Assembler:
                 ToolUseBlock(
                     well_formed(call.id or _new_call_id()),
                     well_formed(call.name),
-                    self._arguments("".join(call.parts)),
+                    self._arguments(call.name, "".join(call.parts)),
                 )
             )
         return tuple(blocks)
 
-    def _arguments(self, raw: str) -> dict[str, Any]:
+    def _arguments(self, name: str, raw: str) -> dict[str, Any]:
         if not raw.strip():
             return {}
         try:
@@ -327,12 +336,25 @@ class _Assembler:
             problem = str(exc)
             if isinstance(exc, json.JSONDecodeError):
                 problem = f"{exc.msg.removesuffix(' at')} at character {exc.pos}"
-            return {_invalid_key(f"the arguments were not valid JSON ({problem})"): raw}
+            return self._invalid(name, f"the arguments were not valid JSON ({problem})", raw)
         if isinstance(value, dict):
             return _unicode_only(value)
-        return {
-            _invalid_key(f"the arguments were a JSON {type(value).__name__}, not an object"): raw
-        }
+        what = f"the arguments were a JSON {type(value).__name__}, not an object"
+        return self._invalid(name, what, raw)
+
+    def _invalid(self, name: str, problem: str, raw: str) -> dict[str, Any]:
+        """The input of a call whose arguments could not be read: one key saying what was
+        wrong (a tool's validation refuses it, naming the key), the model's text its value.
+
+        A tool whose schema would accept that key (extra keys allowed, nothing required) gets
+        the runtime's :class:`RefusedInput` instead, which every tool's validation refuses (its
+        message speaks of nesting: the call must not run with a made-up argument)."""
+        key = _invalid_key(problem)
+        if name in self._loose:
+            refused = RefusedInput()
+            refused[key] = well_formed(raw)
+            return refused
+        return {key: well_formed(raw)}
 
 
 def _invalid_key(problem: str) -> str:

@@ -470,7 +470,7 @@ class OpenAIModel:
         if self._timeout is not None:
             timeout = openai.Timeout(self._timeout, connect=min(5.0, self._timeout))
         streamed = bool(params.get("stream"))
-        assembler = _Assembler(ctx)
+        assembler = _Assembler(ctx, request.tools)
         # The raw body, read by us: the SDK's stream parser leaves nested async generators to
         # the garbage collector under trio (warnings), and we keep the raw chunks.
         #

@@ -483,6 +483,32 @@ async def test_arguments_that_are_not_json_reach_the_model_as_an_error_result_no
     assert second[3]["role"] == "tool" and second[3]["content"].startswith("Error: ")
 
 
+async def test_unreadable_arguments_never_run_a_schema_tool_that_takes_any_object(
+    server: FakeChatServer,
+) -> None:
+    # JSON schema lets an object carry keys it does not name: the invalid-JSON key would pass
+    # a schema with nothing required, so such a tool gets the runtime's refused input instead
+    from orchestrator import Tool
+
+    ran: list[dict[str, Any]] = []
+    loose = Tool.from_schema(
+        "ping", "Ping the service.", {"type": "object", "properties": {}}, ran.append
+    )
+    server.push(
+        tool_calls(("ping", "{'verbose': True}"), ids=["call_py"]),  # Python, not JSON
+        tool_calls(("ping", "{}"), ids=["call_ok"]),
+        text("pong"),
+    )
+    result = await run(Agent("w", "Ping.", model=model_for(server), tools=[loose]), "go")
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert ran == [{}]  # only the readable call reached the handler
+    check_transcript(result.messages)
+    first = next(b for m in result.messages for b in m.content if isinstance(b, ToolResultBlock))
+    assert first.is_error and first.tool_use_id == "call_py"
+    sent = server.bodies[1]["messages"][2]["tool_calls"][0]["function"]["arguments"]
+    assert sent == "{'verbose': True}"  # the model's own text goes back to it
+
+
 async def test_a_tool_call_cut_by_the_output_cap_is_retried_with_a_larger_cap(
     server: FakeChatServer,
 ) -> None:

@@ -78,6 +78,30 @@ async def test_the_tree_example_gives_the_same_output_over_http_as_with_the_scri
     assert over_http.usage.cost_usd > 0
 
 
+async def test_streamed_text_and_tool_calls_reach_the_runs_events(server: FakeChatServer) -> None:
+    from orchestrator import open_run
+    from orchestrator.core.events import ModelTextDelta, ModelToolCallStarted
+
+    server.responder = None
+    server.push(
+        reply_calls(("lookup", {"topic": "nursery"}), ids=["call_L"], content="Looking it up."),
+        reply_text("A nursery owns its child tasks."),
+    )
+    model = OpenAIModel("gpt-4.1-mini", api_key="sk-test-key-0000000000", base_url=server.url)
+    researcher = SCRIPTED_TREE.subagents[0]
+    assert isinstance(researcher, Agent)
+    events: list[Any] = []
+    async with open_run(researcher.replace(model=model), "What is a nursery?") as handle:
+        async for event in handle.events:  # ends when the run closes its channel
+            events.append(event)
+        result = await handle.result()
+    assert result.status is RunStatus.COMPLETED, result.error
+    texts = [e.text for e in events if isinstance(e, ModelTextDelta)]
+    assert len(texts) > 2 and "".join(texts) == "Looking it up.A nursery owns its child tasks."
+    starts = [(e.tool, e.call_id) for e in events if isinstance(e, ModelToolCallStarted)]
+    assert starts == [("lookup", "call_L")]
+
+
 # --------------------------------------------------------------------------------------------
 # The command line
 

@@ -43,7 +43,7 @@ class LocalServer:
     started_s: float
     """Seconds from starting the server to its first answer of ``/v1/models``."""
     tokens_per_s: float
-    """Generation speed measured on a warm-up request (64 tokens at most, not streamed)."""
+    """Generation speed measured on a warm-up request (128 tokens at most, not streamed)."""
 
 
 def _gguf() -> str:
@@ -73,8 +73,8 @@ def _warm_up(url: str) -> float:
     in as it first runs); the second one's output tokens/s."""
     body = {
         "model": MODEL_NAME,
-        "messages": [{"role": "user", "content": "Count from one to twenty in words."}],
-        "max_tokens": 64,
+        "messages": [{"role": "user", "content": "Write a long story about a dragon."}],
+        "max_tokens": 128,
         "temperature": 0,
     }
     request = urllib.request.Request(
@@ -109,8 +109,13 @@ def local_server(workdir: Path) -> Iterator[LocalServer]:
         "chatml-function-calling",
         "--n_ctx",
         str(CONTEXT),
+        # one thread: on 2 shared cores a second one made generation 1-5x slower by the minute
+        # (13-65 tokens/s against a steady 56-65), and the client needs a core too
         "--n_threads",
-        "2",
+        "1",
+        # by default the server cuts a streamed answer short when another request waits
+        "--interrupt_requests",
+        "false",
         "--host",
         "127.0.0.1",
         "--port",
