@@ -9,6 +9,8 @@ import pytest
 from hypothesis import settings
 from support.transcripts import check_transcript
 
+pytest_plugins = ["orchestrator.testing"]  # the orchestrator_spans fixture users get too
+
 # CI runs the property tests with a fixed seed (HYPOTHESIS_PROFILE=ci in .ci/run): a landing
 # must not depend on luck. Local runs explore new examples each time.
 settings.register_profile("ci", derandomize=True, deadline=None)

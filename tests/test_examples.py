@@ -25,6 +25,8 @@ EXPECTED: dict[str, tuple[str, str, str]] = {
     ),
     "fanout.py": ("", "The sum of the squares of 1..20 is 2870.", "Sum the squares of 1..20"),
     "approval.py": ("y\n", "Done: deleted draft-1", "Delete draft-1"),
+    # as a script its children run on a LocalCluster of two processes; through the CLI, here
+    "dask_fanout.py": ("", "8 workers counted 48456 primes in all.", "Count the primes"),
 }
 
 
@@ -52,10 +54,17 @@ def run(args: list[str], cwd: Path, stdin: str) -> subprocess.CompletedProcess[s
 
 # examples that need more than pip, run by the tests of their own marker
 NEEDS_NODE = {"mcp_files.py": "tests/toolsets/test_mcp_npm.py (marker npm)"}
+# asyncio programs (their tools are asyncio's, so not for the trio CLI), run by their own tests
+ASYNCIO = {
+    "asyncio_script.py": "tests/test_aio.py",
+    "fastapi_app.py": "tests/test_aio_fastapi.py (under uvicorn)",
+}
 
 
 def test_every_example_has_an_expected_output() -> None:
-    assert sorted(p.name for p in EXAMPLES.glob("*.py")) == sorted([*EXPECTED, *NEEDS_NODE])
+    assert sorted(p.name for p in EXAMPLES.glob("*.py")) == sorted(
+        [*EXPECTED, *NEEDS_NODE, *ASYNCIO]
+    )
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

@@ -18,7 +18,17 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "orchestrator"
-HEAVY = ("opentelemetry.sdk", "opentelemetry.exporter", "anthropic", "openai", "rich", "mcp")
+HEAVY = (
+    "opentelemetry.sdk",
+    "opentelemetry.exporter",
+    "anthropic",
+    "openai",
+    "rich",
+    "mcp",
+    "dask",
+    "distributed",
+    "cloudpickle",
+)
 
 # What core/ may use of the rooms above it: the Model protocol and the API-only tracing helpers.
 CORE_MAY_REACH = frozenset(

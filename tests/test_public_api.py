@@ -91,10 +91,14 @@ EXPORTS = {
         "resolve_protocol",
     ],
     "orchestrator.mcp": ["MCPServer"],
+    "orchestrator.aio": ["AioEvents", "AioRunHandle", "open_run", "run"],
     "orchestrator.testing": [
         "FunctionModel",
         "ScriptedModel",
+        "SpanRecorder",
         "Step",
+        "recording_spans",
+        "replace_models",
         "response",
         "text",
         "tool_call",
@@ -149,7 +153,7 @@ def test_the_test_models_are_the_same_objects_in_testing_and_models() -> None:
     import orchestrator.models
     import orchestrator.testing
 
-    for name in orchestrator.testing.__all__:
+    for name in ("FunctionModel", "ScriptedModel", "Step", "response", "text", "tool_call"):
         assert getattr(orchestrator.testing, name) is getattr(orchestrator.models, name)
 
 

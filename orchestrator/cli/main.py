@@ -209,6 +209,12 @@ def _add_run_options(run: argparse.ArgumentParser) -> None:
     )
     run.add_argument("--quiet", action="store_true", help="print only the answer")
     run.add_argument(
+        "--approve",
+        choices=["ask", "all", "none"],
+        help="calls behind a 'confirm' policy: ask on the terminal, one call at a time (the "
+        "default when stdin is a terminal), approve all, or decline all (the default otherwise)",
+    )
+    run.add_argument(
         "--dry-run", action="store_true", help="validate the tree and print its worst case"
     )
     run.add_argument(
@@ -233,6 +239,23 @@ def _add_run_options(run: argparse.ArgumentParser) -> None:
         action="store_true",
         help="do not journal the run (runs/<run id>.db), so it cannot be resumed",
     )
+    run.add_argument(
+        "--dask",
+        metavar="ADDRESS",
+        help="run the root's children (and their subtrees) on a Dask cluster: tcp://HOST:PORT, "
+        "tls://HOST:PORT, or local:N for N worker processes on 127.0.0.1 (needs "
+        "orchestrator[dask])",
+    )
+
+
+def _depth(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}")
+    return value
 
 
 def _add_trace_commands(trace: argparse.ArgumentParser) -> None:
@@ -240,6 +263,18 @@ def _add_trace_commands(trace: argparse.ArgumentParser) -> None:
     tlist = tsub.add_parser("list", help="list saved runs, newest first")
     tshow = tsub.add_parser("show", help="draw a run's trace as a tree with a waterfall")
     tshow.add_argument("run", nargs="?", help="run id (prefix) or trace file; default: newest")
+    tshow.add_argument(
+        "--depth",
+        type=_depth,
+        metavar="N",
+        help="fold agents at depth N (the root is 0) into one row each",
+    )
+    tshow.add_argument(
+        "--span",
+        metavar="ID|PATH",
+        help="show one span whole (attributes, events, captured messages): a span id or a "
+        "unique prefix of one, or an agent's path (lead/researcher#2)",
+    )
     texport = tsub.add_parser("export", help="send a saved trace to an OTLP endpoint")
     texport.add_argument("run", help="run id (prefix) or trace file")
     texport.add_argument(

@@ -3,12 +3,17 @@
 Driven only by a run's events (``handle.events``), so drawing can never slow the run: if the
 display falls behind, the run drops events instead of waiting. The tree shows each agent's
 state (waiting / running / done / failed), its current step (waiting for the model, which tool),
-turns and tokens; siblings running in parallel are visible side by side.
+turns and tokens; siblings running in parallel are visible side by side. A call the policy
+kept from running (denied, or declined by an approver) shows as declined.
+
+:class:`TerminalApprover` is the CLI's ``--approve ask``: it asks on the terminal about one call
+at a time (agent path, tool, arguments), pausing the live view while it waits for the answer.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TextIO
@@ -29,11 +34,13 @@ from ..core.events import (
     ToolStarted,
     TurnStarted,
 )
+from ..core.messages import canonical_json
+from ..core.policy import PendingCall
 from ..core.redact import secret_values
 from ..core.result import RunResult
 from ..core.terminal import terminal_safe
 
-__all__ = ["follow_events"]
+__all__ = ["LiveControl", "TerminalApprover", "follow_events"]
 
 _REDRAW_S = 0.125
 _STYLE = {"running": "yellow", "done": "green", "failed": "red", "waiting": "dim"}
@@ -51,6 +58,8 @@ class _AgentRow:
     tools_running: dict[str, str] = field(default_factory=dict)
     """Tool name (fit for a terminal) by call id: two parallel calls of one tool are two
     entries."""
+    declined: list[str] = field(default_factory=list)
+    """Tools (fit for a terminal) whose calls the policy kept from running."""
 
 
 class _Board:
@@ -119,6 +128,12 @@ class _Board:
         if isinstance(event, ToolFinished):
             row.tools_running.pop(event.call_id, None)
             row.step = _running(row) if row.tools_running else "tools done"
+            if event.refused:
+                tool = self._safe(event.tool, 80)
+                row.declined.append(tool)
+                if not row.tools_running:
+                    row.step = f"{tool} declined"
+                return f"declined {self._safe(event.path)}: {tool} (not run)"
             return None
         if isinstance(event, AgentFinished):
             row.state = "done" if event.status == "completed" else "failed"
@@ -148,6 +163,8 @@ class _Board:
         label.append(f"{row.step}  turns={row.turns}")
         if row.tokens:
             label.append(f" tokens={row.tokens:,}")
+        if row.declined:
+            label.append(f" declined={len(row.declined)}", style="red")
         node = parent.add(label)
         # children in spawn order ("name#index"), whatever order the scheduler started them in
         children = sorted(self.children.get(path, []), key=_spawn_key)
@@ -164,17 +181,89 @@ def _spawn_key(path: str) -> tuple[str, int]:
     return (name, int(index)) if index.isdigit() else (path, 0)
 
 
+class LiveControl:
+    """Lets an approver pause the live view while it asks a question on the terminal (the view
+    would otherwise redraw over the question and the answer being typed)."""
+
+    def __init__(self) -> None:
+        self.view: Live | None = None
+        self.paused = False
+
+    def pause(self) -> None:
+        if self.view is not None and not self.paused:
+            self.view.stop()
+        self.paused = True
+
+    def resume(self) -> None:
+        if self.view is not None and self.paused:
+            self.view.start(refresh=True)
+        self.paused = False
+
+
+_ARGS_SHOWN = 600
+"""Characters of a call's arguments shown in an approval question (the rest is cut)."""
+
+
+class TerminalApprover:
+    """``--approve ask``: each call that needs approval is shown on ``out`` (agent path, tool,
+    arguments: redacted, control characters neutralized, long arguments cut) and answered on
+    ``answers`` (the terminal): ``y`` runs it, ``a`` runs it and every later call of the run,
+    anything else (an empty line, end of input) declines it. The runtime asks one call at a
+    time; the wait counts against the run's deadline, and a cancelled run abandons the read."""
+
+    def __init__(
+        self,
+        out: TextIO,
+        answers: TextIO | None = None,
+        control: LiveControl | None = None,
+    ) -> None:
+        self.out = out
+        self.answers = answers if answers is not None else sys.stdin
+        self.control = control
+        self.approve_all = False
+        self.secrets = secret_values()
+
+    def question(self, call: PendingCall) -> str:
+        args = terminal_safe(canonical_json(call.input), limit=_ARGS_SHOWN, secrets=self.secrets)
+        path = terminal_safe(call.agent_path, secrets=self.secrets)
+        name = terminal_safe(call.name, secrets=self.secrets)
+        return f"approve? {path} wants to run {name} {args}\n  [y]es / [N]o / [a]ll: "
+
+    async def __call__(self, call: PendingCall) -> bool:
+        if self.approve_all:
+            return True
+        if self.control is not None:
+            self.control.pause()
+        try:
+            self.out.write(self.question(call))
+            self.out.flush()
+            line: str = await trio.to_thread.run_sync(self.answers.readline, abandon_on_cancel=True)
+            answer = line.strip().lower()
+            if not line.endswith("\n"):  # end of input: show it as the answer
+                self.out.write("(no answer)\n")
+            verdict = answer in ("y", "yes", "a", "all")
+            self.approve_all = answer in ("a", "all")
+            self.out.write(("approved" if verdict else "declined") + "\n")
+            self.out.flush()
+            return verdict
+        finally:
+            if self.control is not None:
+                self.control.resume()
+
+
 async def follow_events(
     events: trio.MemoryReceiveChannel[Event],
     *,
     live: bool,
     stream: TextIO,
     outcome: Callable[[], Awaitable[RunResult]] | None = None,
+    control: LiveControl | None = None,
 ) -> None:
     """Draw ``events`` until the channel ends: a live tree if ``live``, else one line per event.
 
     ``outcome`` (the run's ``handle.result``) settles the last frame: every agent is shown as
     it ended even if the run dropped some of its events because the display fell behind.
+    ``control`` lets an approver pause the live view while it asks.
     """
     board = _Board()
     # no markup or highlighting: Live shows what others write to stderr through this console,
@@ -195,6 +284,8 @@ async def follow_events(
     # an event that arrived since the last redraw is drawn at the next tick even if nothing
     # follows it (a long tool call shows as running, not as the step before it)
     with Live(board.render(), console=console, auto_refresh=False, transient=False) as view:
+        if control is not None:
+            control.view = view
         dirty = False
         next_draw = trio.current_time() + _REDRAW_S
         while True:
@@ -207,9 +298,12 @@ async def follow_events(
                 dirty = True
                 if trio.current_time() < next_draw:
                     continue
-            view.update(board.render(), refresh=True)
+            view.update(board.render(), refresh=control is None or not control.paused)
             dirty = False
             next_draw = trio.current_time() + _REDRAW_S
         if outcome is not None:
             board.settle(await outcome())
+        if control is not None:
+            control.resume()
+            control.view = None
         view.update(board.render(), refresh=True)

@@ -39,6 +39,7 @@ from .main import EXIT_CODES, UsageError, _stdout_to_devnull, without_userinfo
 
 if TYPE_CHECKING:
     from ..core.journal_sqlite import SQLiteJournal
+    from ..core.runner import ChildRunner
 
 __all__ = ["cmd_resume", "cmd_run", "load_agent", "offline_fallback", "offline_providers"]
 
@@ -189,19 +190,30 @@ async def _run_tree(
     out: TextIO,
     log_dir: Path | None = None,
     journal: SQLiteJournal | None = None,
+    runner: ChildRunner | None = None,
+    approve: str = "none",
 ) -> RunResult:
+    from ..core.policy import Policy
     from ..core.run import open_run
-    from .progress import follow_events
+    from .progress import LiveControl, TerminalApprover, follow_events
 
+    control = LiveControl() if progress == "live" else None
+    policy = None  # "none": a confirm rule without an approver declines (the library's rule)
+    if approve == "ask":
+        policy = Policy(approver=TerminalApprover(out, control=control))
+    elif approve == "all":
+        policy = Policy(approver=_approve_every_call)
     with _SignalGuard(live=progress == "live") as guard:
         async with open_run(
             agent,
             prompt,
             model=model,
             limits=limits,
+            policy=policy,
             run_id=run_id,
             journal=journal,
             event_buffer=4096 if progress != "none" else 0,
+            runner=runner,
             log_dir=log_dir,
         ) as handle:
             guard.watch(handle)
@@ -215,10 +227,16 @@ async def _run_tree(
                             live=progress == "live",
                             stream=out,
                             outcome=handle.result,
+                            control=control,
                         )
                     )
                 result = await handle.result()
         return result
+
+
+def _approve_every_call(call: object) -> bool:
+    """``--approve all``."""
+    return True
 
 
 _GRACE = 5.0
@@ -488,7 +506,7 @@ def _launch(
         raise UsageError(str(exc)) from None
     model = _model_spec(args.model)
     if args.override_model is not None:  # every agent, whatever its definition names
-        forced = _model_spec(args.override_model)
+        forced = _model_spec(args.override_model, "--override-model")
         agent = agent.map_tree(lambda a: a.replace(model=forced))
     if args.max_output_tokens is not None:  # a cap: it never raises a definition's own
         cap = args.max_output_tokens
@@ -502,6 +520,7 @@ def _launch(
         err.write(_offline_note(swapped))
     if args.dry_run:
         return _dry_run(agent, model, limits, args)
+    runner = _dask_runner(getattr(args, "dask", None))
     runs_dir = Path(args.runs_dir)
     trace_name = f"{run_id}.jsonl"
     if journal_plan is not None and journal_plan.resume:  # a new trace, beside the first
@@ -510,7 +529,7 @@ def _launch(
             n += 1
         trace_name = f"{run_id}.resumed{n}.jsonl"
     try:
-        setup = configure_tracing(run_file=runs_dir / trace_name)
+        setup = configure_tracing(run_file=runs_dir / trace_name, keep_file=True)
     except ConfigurationError as exc:  # e.g. an OTEL_* variable with a value we cannot use
         raise UsageError(f"tracing: {exc}") from None
     try:  # after the runs folder was checked (its trace file goes there too)
@@ -538,6 +557,8 @@ def _launch(
                 progress=progress,
                 out=err,
                 log_dir=runs_dir,  # an MCP server's stderr log beside the trace
+                runner=runner,
+                approve=_approve_mode(args),
             )
         )
     except ConfigurationError as exc:
@@ -545,6 +566,8 @@ def _launch(
     finally:
         if journal is not None:
             journal.close()
+            if result is None and journal_plan is not None and not journal_plan.resume:
+                journal.discard()  # the run never started: nothing to resume
         if result is None:  # no answer to keep safe first
             setup.shutdown()
     wall = time.perf_counter() - started
@@ -554,11 +577,20 @@ def _launch(
     # an endpoint's user and password (https://user:token@host) are not for a log
     where = without_userinfo(setup.endpoint) if setup.endpoint else "not exported"
     trace = str(setup.trace_file) if setup.trace_file else where
+    if setup.endpoint and setup.trace_file:  # sent, and kept for `trace export` to re-send
+        trace = f"{where} file={setup.trace_file}"
     # The answer goes out before the spans are flushed: a slow or dead collector can hold the
     # flush for seconds, and a Ctrl-C then must not cost the answer (only unsent spans).
     code = EXIT_CODES[result.status]
     try:
-        _write_answer(result, args, wall, trace, offline)
+        _write_answer(
+            result,
+            args,
+            wall,
+            trace.split(" file=", 1)[0],
+            offline,
+            str(setup.trace_file) if setup.trace_file else None,
+        )
         setup.shutdown()
     except KeyboardInterrupt:
         err.write("trace export interrupted: spans not yet sent are lost\n")
@@ -570,8 +602,38 @@ def _launch(
     return code
 
 
+def _approve_mode(args: argparse.Namespace) -> str:
+    """``--approve``: as given, else ``ask`` when stdin is a terminal, else ``none``."""
+    mode = getattr(args, "approve", None)
+    if isinstance(mode, str):
+        return mode
+    try:
+        return "ask" if sys.stdin is not None and sys.stdin.isatty() else "none"
+    except (OSError, ValueError):  # a closed stdin
+        return "none"
+
+
+def _dask_runner(address: str | None) -> ChildRunner | None:
+    """``--dask ADDRESS``: the root's children on a Dask cluster (a bad value exits 2)."""
+    if address is None:
+        return None
+    try:
+        from ..dask import DaskRunner
+    except ImportError:
+        raise UsageError("--dask needs Dask: pip install 'orchestrator[dask]'") from None
+    try:
+        return DaskRunner(address)
+    except ConfigurationError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def _write_answer(
-    result: RunResult, args: argparse.Namespace, wall: float, trace: str, offline: bool
+    result: RunResult,
+    args: argparse.Namespace,
+    wall: float,
+    trace: str,
+    offline: bool,
+    trace_file: str | None = None,
 ) -> None:
     """The run's answer on stdout: its text, or (``--json``) the whole result.
 
@@ -590,6 +652,7 @@ def _write_answer(
             "usage": result.usage.to_dict(),
             "wall_s": round(wall, 3),
             "trace": trace,
+            "trace_file": trace_file,  # kept also when the spans went to an OTLP endpoint
             "offline": offline,
             "tree": result.to_dict(messages=bool(getattr(args, "transcripts", False))),
         }
@@ -623,11 +686,21 @@ def _write_stdout(text: str) -> None:
         pass
 
 
-def _model_spec(name: str | None) -> str | None:
-    """``claude-haiku-5-5`` means ``anthropic:claude-haiku-5-5``; full specs pass through."""
-    if name is not None and ":" not in name and name != "offline":
+def _model_spec(name: str | None, flag: str = "--model") -> str | None:
+    """``claude-haiku-5-5`` means ``anthropic:claude-haiku-5-5``; full specs pass through. A
+    bare name no provider claims (``gpt-4o``) is refused, listing what is known: it would
+    otherwise become an Anthropic model the API refuses, after retries."""
+    if name is None or ":" in name or name == "offline":
+        return name
+    if name.startswith("claude"):
         return f"anthropic:{name}"
-    return name
+    from ..models.anthropic import CURRENT_MODELS
+
+    raise UsageError(
+        f"{flag} {name}: no provider claims a bare model name like this one; name its "
+        f"provider (openai:{name}, ollama:{name}, anthropic:<name>), or use a Claude model "
+        f"({', '.join(CURRENT_MODELS)}) or offline"
+    )
 
 
 def _with_mcp_servers(agent: Agent, specs: list[str]) -> Agent:

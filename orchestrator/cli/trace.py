@@ -25,7 +25,7 @@ from ..tracing.tracefiles import (
     load_trace,
     resolve_run,
 )
-from ..tracing.view import _STATUS_STYLES, _fmt_duration, render_trace
+from ..tracing.view import _STATUS_STYLES, _fmt_duration, find_span, render_span, render_trace
 from .main import _stdout_to_devnull, without_userinfo
 
 if TYPE_CHECKING:
@@ -44,20 +44,40 @@ def escape(text: str) -> str:
 
 
 def show(
-    run: str | None, runs_dir: Path, console: Console, *, errors: Console | None = None
+    run: str | None,
+    runs_dir: Path,
+    console: Console,
+    *,
+    errors: Console | None = None,
+    depth: int | None = None,
+    span: str | None = None,
 ) -> int:
-    """``orchestrator trace show [RUN]``: draw a saved run (default: the newest). Errors go to
-    ``errors`` (the CLI's stderr), else to ``console``."""
+    """``orchestrator trace show [RUN] [--depth N] [--span ID|PATH]``: draw a saved run
+    (default: the newest), or one span of it whole. Errors go to ``errors`` (the CLI's
+    stderr), else to ``console``. Piped, names are shown whole (the lines are as wide as they
+    need); on a terminal they give way to the figures."""
     try:
         path = resolve_run(run, runs_dir)
         spans = load_trace(path)
     except (TraceNotFoundError, TraceFileError) as exc:
         (errors or console).print(f"[red]error:[/red] {escape(str(exc))}")
         return 1
-    console.print(f"[dim]{escape(str(path))}[/dim]")
+    if span is not None:
+        found = find_span(spans, span)
+        if len(found) != 1:
+            problem = "matches no span" if not found else f"matches {len(found)} spans"
+            (errors or console).print(
+                f"[red]error:[/red] --span {escape(span)} {problem} in {escape(str(path))} "
+                "(give a span id, a longer prefix of one, or an agent's path such as "
+                "lead/researcher#2)"
+            )
+            return 1
+        render_span(found[0], spans, console)
+        return 0
+    console.print(f"[dim]{escape(str(path))}[/dim]", no_wrap=True, crop=False)
     if spans.damage_note:
         console.print(f"[yellow]{escape(spans.damage_note)}[/yellow]")
-    render_trace(spans, console)
+    render_trace(spans, console, depth=depth, fit_names=not console.is_terminal)
     return 0
 
 
@@ -173,5 +193,12 @@ def cmd_trace(args: argparse.Namespace) -> int:
     if args.trace_command == "list":
         return list_command(runs_dir, console)
     if args.trace_command == "show":
-        return show(args.run, runs_dir, console, errors=errors)
+        return show(
+            args.run,
+            runs_dir,
+            console,
+            errors=errors,
+            depth=getattr(args, "depth", None),
+            span=getattr(args, "span", None),
+        )
     return export_command(args.run, runs_dir, args.endpoint, args.protocol, console, errors=errors)

@@ -89,12 +89,14 @@ class ToolStarted:
 
 @dataclass(frozen=True, slots=True)
 class ToolFinished:
-    """A tool call produced its result (``is_error`` for failures and refusals)."""
+    """A tool call produced its result (``is_error`` for failures and refusals; ``refused``
+    when the policy gate, a deny rule or an approver's no, kept it from running)."""
 
     path: str
     tool: str
     call_id: str
     is_error: bool
+    refused: bool = False
 
 
 Event: TypeAlias = (

@@ -57,10 +57,21 @@ from .tools import (
     to_content,
 )
 
-__all__ = ["execute"]
+__all__ = ["ASYNCIO_HOST", "execute"]
 
 _SHOWN_PROBLEMS = 10
 _logger = logging.getLogger(__name__)
+
+HostCall = typing.Callable[
+    [typing.Callable[..., typing.Awaitable[Any]], tuple[Any, ...], dict[str, Any]],
+    typing.Awaitable[Any],
+]
+ASYNCIO_HOST: trio.lowlevel.RunVar[HostCall | None] = trio.lowlevel.RunVar(
+    "orchestrator_asyncio_host", default=None
+)
+"""Set by :mod:`orchestrator.aio` in the trio guest run it hosts on an asyncio loop: how an
+``async def`` tool is called there (as an asyncio task on the host loop). ``None`` under plain
+trio, where such a tool is awaited in its trio task."""
 
 
 async def _execute(
@@ -164,7 +175,9 @@ async def _call_one(
         if run.tracer:
             spans.record_tool_result(s, result, run.capture)
         if run.events.enabled:
-            run.events.emit(ToolFinished(node.path, call.name, call.id, result.is_error))
+            run.events.emit(
+                ToolFinished(node.path, call.name, call.id, result.is_error, refusal is not None)
+            )
 
 
 OUTCOME_UNKNOWN = (
@@ -424,11 +437,15 @@ async def _attempt(
         if t.never_waits:  # no checkpoint in it for a timeout to fire at: skip the cancel scope
             return _Ok(await t.fn(*args, **kwargs))
         if t.is_async:
+            fn: typing.Callable[..., typing.Awaitable[Any]] = t.fn
+            host = ASYNCIO_HOST.get()
+            if host is not None and not _runtime_owned(fn):  # hosted by orchestrator.aio
+                fn, args, kwargs = host, (fn, args, kwargs), {}
             if timeout == math.inf:
-                return _Ok(await t.fn(*args, **kwargs))
+                return _Ok(await fn(*args, **kwargs))
             deadline = trio.current_time() + timeout
             with trio.move_on_at(deadline):
-                value = await t.fn(*args, **kwargs)
+                value = await fn(*args, **kwargs)
                 if trio.current_time() >= deadline:  # past it, and no checkpoint saw it
                     _held_past_timeout(t, timeout, deadline)
                 return _Ok(value)
@@ -499,7 +516,42 @@ def _held_past_timeout(t: Tool, timeout: float, deadline: float) -> None:
     )
 
 
+def _runtime_owned(fn: typing.Callable[..., Any]) -> bool:
+    """A tool handler of the runtime's own (an MCP server's): it runs on trio, also when the
+    run is hosted on asyncio."""
+    module = getattr(fn, "__module__", None)
+    return isinstance(module, str) and module.startswith("orchestrator.")
+
+
+def _asyncio_under_trio(t: Tool, exc: BaseException) -> bool:
+    """Whether ``exc`` says an asyncio tool ran under plain trio (no asyncio loop running, or
+    an asyncio future yielded to trio)."""
+    if not t.is_async or ASYNCIO_HOST.get() is not None:
+        return False
+    if isinstance(exc, TypeError) and "unrecognized yield message" in str(exc):
+        return True
+    if not isinstance(exc, RuntimeError):
+        return False
+    if str(exc) == "no running event loop":  # asyncio's words (its C helpers leave no frame)
+        return True
+    tb = exc.__traceback__
+    while tb is not None:
+        if str(tb.tb_frame.f_globals.get("__name__", "")).startswith("asyncio"):
+            return True
+        tb = tb.tb_next
+    return False
+
+
 def _raised(t: Tool, exc: BaseException) -> _Failed:
+    if _asyncio_under_trio(t, exc):
+        return _Failed(
+            f"tool {t.name!r} is written for asyncio ({describe_exception(exc)}), but this run "
+            "is under trio, where no asyncio loop runs. Run the tree from asyncio with `await "
+            "orchestrator.aio.run(...)` (its asyncio tools run on the asyncio loop), or write "
+            "the tool with trio or anyio.",
+            "asyncio_tool",
+            final=True,
+        )
     return _Failed(
         f"tool {t.name!r} raised {describe_exception(exc)}. "
         "Check the arguments, or try a different approach.",

@@ -66,6 +66,8 @@ def _turn_attributes(run_id: str, turn: int, path: str) -> dict[str, Any]:
         "gen_ai.conversation.id": run_id,
         "orchestrator.turn.index": turn,
         "orchestrator.agent.path": path,
+        # no GenAI operation fits a loop turn: the kind backends show (Phoenix: not UNKNOWN)
+        "openinference.span.kind": "CHAIN",
     }
 
 

@@ -126,6 +126,10 @@ async def run_agent(node: AgentNode, run: RunState) -> None:
                 spans.record_outcome(
                     s, node.status.value if node.status else "error", node.traced_error(run.capture)
                 )
+                if node.parent is None and run.capture:  # the run's prompt and answer
+                    spans.record_run_io(
+                        s, node.task, node.output, node.status.value if node.status else "error"
+                    )
             if run.events.enabled:
                 run.events.emit(
                     AgentFinished(

@@ -86,7 +86,8 @@ class RunResult:
     def to_dict(self, *, messages: bool = False) -> dict[str, Any]:
         """Plain data for JSON output (transcripts only when ``messages`` is true)."""
         out: dict[str, Any] = {
-            "agent": self.agent_name,
+            "agent": self.agent_name,  # kept for the scripts that read it
+            "agent_name": self.agent_name,  # the RunResult field's own name
             "path": self.path,
             "status": self.status.value,
             "output": self.output,

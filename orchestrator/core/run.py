@@ -231,6 +231,9 @@ async def open_run(
     )
     handle = RunHandle(state, root)
     try:
+        session = getattr(runner, "session", None)
+        if session is not None:  # a runner's own set-up for the run (a Dask client), first
+            await stack.enter_async_context(session(state))
         async with trio.open_nursery() as nursery:
             if state.tree.toolsets:  # before any model call; raises a ConfigurationError
                 await open_toolsets(state, root, nursery, Path(log_dir) if log_dir else None)
@@ -290,7 +293,9 @@ def _prepare(
 ) -> tuple[RunState, AgentNode]:
     if not _in_trio():  # asyncio's loop, or no loop at all
         raise ConfigurationError(
-            "orchestrator runs under trio: call run() from trio.run(...), or use run_sync()"
+            "orchestrator runs under trio: from asyncio code (FastAPI, Jupyter, aiohttp) use "
+            "`await orchestrator.aio.run(...)` or `orchestrator.aio.open_run(...)`; from trio, "
+            "`await run(...)`; from sync code, run_sync()"
         )
     if not isinstance(agent, Agent):
         raise ConfigurationError(f"run() needs an Agent, got {type(agent).__name__}")

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from .journal_sqlite import SQLiteJournal
     from .runner import ChildRunner
     from .spawn import SpawnBook
+    from .toolset import ToolsetHost
 
 __all__ = ["AgentNode", "Limiters", "Quota", "RunState"]
 
@@ -112,7 +113,7 @@ class RunState:
     """The root span of the run this one resumes (the new root links to it)."""
     runner: ChildRunner | None = None
     """Runs the children (``None``: in this process, :data:`.runner.IN_PROCESS`)."""
-    toolsets: Any = None
+    toolsets: ToolsetHost | None = None
     """The run's :class:`~.toolset.ToolsetHost` when its tree holds toolsets (MCP servers)."""
     toolset_failure: str | None = None
     """Why a toolset could not start (the run then ends with ``error`` before any model call)."""
@@ -246,6 +247,9 @@ class AgentNode:
     """Follows the transcript for ``context.clear_results_after`` (made at the first clearing)."""
     turn_log: list[TurnContext] = field(default_factory=list)
     parent: AgentNode | None = None
+    remote_result: RunResult | None = None
+    """The result tree of a child that ran elsewhere (a Dask worker): this node is its
+    stand-in under its parent, and its result and usage are that tree's."""
     _chars: int = 0
     _fixed_chars: int = 0
 
@@ -333,12 +337,16 @@ class AgentNode:
         return self.error_without_content
 
     def subtree_usage(self) -> Usage:
+        if self.remote_result is not None:
+            return self.remote_result.usage
         total = self.own_usage
         for _, child in self.children:
             total = total + child.subtree_usage()
         return total
 
     def to_result(self, run_id: str) -> RunResult:
+        if self.remote_result is not None:
+            return self.remote_result
         return RunResult(
             agent_name=self.agent.name,
             status=self.status or RunStatus.ERROR,

@@ -34,17 +34,38 @@ POOL_FACTOR = 4
 _TERM = re.compile(r"[A-Za-z0-9]+")
 
 
+class _OpenedOnFirstUse:
+    """The corpus the two tools share, opened on first use.
+
+    It pickles as where the corpus is (not the open index, nor the lock), so a tree holding
+    the tools can be sent to another process (a Dask worker), which opens its own index there.
+    """
+
+    def __init__(self, root: Path | str | None, index_path: Path | None) -> None:
+        self._root = root
+        self._index_path = index_path
+        self._lock = threading.Lock()
+        self._opened: Corpus | None = None
+
+    def __call__(self) -> Corpus:
+        with self._lock:
+            if self._opened is None:
+                where = self._root if self._root is not None else os.environ.get(CORPUS_ENV)
+                self._opened = Corpus.open(
+                    Path(where) if where else None, index_path=self._index_path
+                )
+            return self._opened
+
+    def __getstate__(self) -> tuple[Path | str | None, Path | None]:
+        return self._root, self._index_path
+
+    def __setstate__(self, state: tuple[Path | str | None, Path | None]) -> None:
+        self.__init__(*state)  # type: ignore[misc]
+
+
 def corpus_tools(root: Path | str | None = None, *, index_path: Path | None = None) -> list[Tool]:
     """``[search, read]`` over one corpus, opened on first use and shared by both tools."""
-    lock = threading.Lock()
-    opened: list[Corpus] = []
-
-    def corpus() -> Corpus:
-        with lock:
-            if not opened:
-                where = root if root is not None else os.environ.get(CORPUS_ENV) or None
-                opened.append(Corpus.open(Path(where) if where else None, index_path=index_path))
-            return opened[0]
+    corpus = _OpenedOnFirstUse(root, index_path)
 
     @tool(idempotent=True)
     def search(query: str, limit: int = 5) -> str:

@@ -298,6 +298,7 @@ def configure_tracing(
     export_timeout: float = 2.0,
     max_queue_size: int = 65_536,
     set_global: bool = True,
+    keep_file: bool = False,
 ) -> TracingSetup:
     """Set up span export from the arguments and the standard ``OTEL_*`` variables.
 
@@ -315,6 +316,9 @@ def configure_tracing(
             processors are).
         runs_dir: when no OTLP exporter is in use, write the trace to a new file here.
         run_file: like ``runs_dir`` but the exact file (appended to if it exists).
+        keep_file: write the ``runs_dir`` / ``run_file`` trace also when spans go to an OTLP
+            endpoint (the CLI's choice: a collector that is down then loses nothing that
+            ``orchestrator trace export`` cannot send later).
         export_timeout: seconds per export request, and the default bound on flush/shutdown.
         max_queue_size: spans the batch queue holds before dropping (and counting) the oldest;
             the default is sized for wide trees, which make many times the SDK's default.
@@ -367,7 +371,11 @@ def configure_tracing(
         )
     if "console" in names:
         exporters.append(_CountingExporter(ConsoleSpanExporter(out=sys.stderr), "console"))
-    if not use_otlp and "none" not in names and (run_file is not None or runs_dir is not None):
+    if (
+        (keep_file or not use_otlp)
+        and "none" not in names
+        and (run_file is not None or runs_dir is not None)
+    ):
         trace_file = run_file if run_file is not None else _default_trace_file(cast(Path, runs_dir))
         _check_writable_folder(trace_file.parent)
         exporters.append(_CountingExporter(OtlpJsonLinesExporter(trace_file), "file"))

@@ -392,16 +392,48 @@ def _part(block: Block) -> dict[str, Any]:
 
 def genai_messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
     """Messages in the GenAI conventions' shape, ``{"role", "parts"}``: tool results, which the
-    Messages API carries in user messages, are a ``tool`` message of their own."""
+    Messages API carries in user messages, are ``tool`` messages of their own, one per result
+    (backends such as Arize Phoenix show one part per message: a turn's parallel results in one
+    message would show as its last one)."""
     out: list[dict[str, Any]] = []
     for m in messages:
         results = [_part(b) for b in m.content if isinstance(b, ToolResultBlock)]
-        if results:
-            out.append({"role": "tool", "parts": results})
+        out.extend({"role": "tool", "parts": [result]} for result in results)
         others = [_part(b) for b in m.content if not isinstance(b, ToolResultBlock)]
         if others or not results:
             out.append({"role": m.role, "parts": others})
     return out
+
+
+_RUN_FINISH: Final = {"completed": "stop", "refusal": "content_filter"}
+"""A run's status as the conventions' finish reason of its answer (any other status: error)."""
+
+
+def record_run_io(s: Span, prompt: str, answer: str, status: str) -> None:
+    """The run's prompt and answer on the root agent span (captured content only): as GenAI
+    messages, and as the ``input.value`` / ``output.value`` that trace lists read (Arize
+    Phoenix's shows each trace's input and output from its root span)."""
+    finish_reason = _RUN_FINISH.get(status, "error")
+    s.set_attributes(
+        {
+            "gen_ai.input.messages": content_for_span(
+                [{"role": "user", "parts": [{"type": "text", "content": prompt}]}]
+            ),
+            "gen_ai.output.messages": content_for_span(
+                [
+                    {
+                        "role": "assistant",
+                        "parts": [{"type": "text", "content": answer}],
+                        "finish_reason": finish_reason,
+                    }
+                ]
+            ),
+            "input.value": content_for_span(prompt),
+            "input.mime_type": "text/plain",
+            "output.value": content_for_span(answer),
+            "output.mime_type": "text/plain",
+        }
+    )
 
 
 def record_chat_usage(s: Span, u: Usage) -> None:
@@ -435,7 +467,7 @@ def record_chat_response(s: Span, response: ModelResponse, model_name: str, capt
     s.set_attributes(
         {
             "gen_ai.response.model": response.model or model_name,
-            "gen_ai.response.finish_reasons": [response.stop_reason],
+            "gen_ai.response.finish_reasons": [response.finish_reason or response.stop_reason],
         }
     )
     record_chat_usage(s, response.usage)

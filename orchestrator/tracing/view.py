@@ -3,15 +3,20 @@ links, with a waterfall column, durations, tokens, cost and status.
 
 :func:`render_trace` draws :class:`~.tracefiles.SpanRecord` values (read by :mod:`.tracefiles`)
 on a ``rich`` console; rich is imported inside the functions that draw, so importing this module
-stays cheap.
+stays cheap. Agents are named by their path's last part (``researcher#2``), so siblings are told
+apart; under a row come its task (when content was captured), its error text and its retries;
+``depth`` folds agents below a depth into one row each. :func:`render_span` shows one span
+whole: its attributes, events and (when captured) its messages.
 """
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ..core.redact import secret_values
 from ..core.terminal import terminal_safe
@@ -21,11 +26,20 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.text import Text
 
-__all__ = ["render_trace"]
+__all__ = ["find_span", "render_span", "render_trace"]
 
 _STATUS_STYLES: Final = {"OK": "green", "ERROR": "bold red", "UNSET": "dim"}
 _BAR_STYLES: Final = {"OK": "green", "ERROR": "red", "UNSET": "cyan"}
 _ROLLUP_HINTS: Final = ("subtree", "total", "cumulative", "tree")
+_PATH: Final = "orchestrator.agent.path"
+_DEPTH: Final = "orchestrator.agent.depth"
+_DETAIL_CHARS: Final = 240
+"""Characters of a task or an error shown under a row (``--span`` shows them whole)."""
+_MESSAGE_ATTRIBUTES: Final = (
+    "gen_ai.system_instructions",
+    "gen_ai.input.messages",
+    "gen_ai.output.messages",
+)
 
 
 def _fmt_duration(ns: int) -> str:
@@ -110,7 +124,7 @@ def _status_cell(span: SpanRecord, secrets: tuple[str, ...]) -> Text:
     text = Text(terminal_safe(span.status), style=_STATUS_STYLES.get(span.status, ""))
     outcome = span.attributes.get(_OUTCOME)
     error_type = span.attributes.get("error.type")
-    if outcome is not None:
+    if outcome is not None and not (outcome == "ok" and span.status == "OK"):  # not "OK ok"
         text.append(f" {terminal_safe(outcome, secrets=secrets)}")
     if error_type is not None and error_type != outcome:
         text.append(f" ({terminal_safe(error_type, secrets=secrets)})", style="red")
@@ -149,12 +163,15 @@ def _walk(
     group: Sequence[SpanRecord],
     roots: Sequence[SpanRecord],
     children: Mapping[str, Sequence[SpanRecord]],
-) -> Iterable[tuple[SpanRecord, str]]:
-    """Depth-first rows with their tree guides (``├─``, ``└─``, ``│``).
+    folded: set[str] | None = None,
+) -> Iterable[tuple[SpanRecord, str, str]]:
+    """Depth-first rows with their tree guides (``├─``, ``└─``, ``│``), and the guide that the
+    lines under a row (its details) continue with.
 
     Iterative, so a deep chain of agents cannot hit the recursion limit, and each span is
     visited once, so a corrupt file with a parent cycle still ends; spans only reachable
-    through such a cycle are drawn as extra roots at the end rather than hidden.
+    through such a cycle are drawn as extra roots at the end rather than hidden. The children
+    of a span in ``folded`` are not drawn.
     """
     seen: set[str] = set()
     pending = [*roots, *(s for s in group if s.parent_span_id is not None)]
@@ -167,15 +184,118 @@ def _walk(
             if span.span_id in seen:
                 continue
             seen.add(span.span_id)
-            yield span, prefix + connector
             below = prefix + ("" if not connector else ("   " if connector == "└─ " else "│  "))
             kids = children.get(span.span_id, ())
+            if folded is not None and span.span_id in folded:
+                _mark_seen(span.span_id, children, seen)
+                kids = ()
+            yield span, prefix + connector, below + ("│  " if kids else "   ")
             for index in range(len(kids) - 1, -1, -1):
                 stack.append((kids[index], below, "└─ " if index == len(kids) - 1 else "├─ "))
 
 
+def _mark_seen(span_id: str, children: Mapping[str, Sequence[SpanRecord]], seen: set[str]) -> int:
+    """Mark a folded span's descendants as drawn (they are, inside its row); how many."""
+    count = 0
+    stack = list(children.get(span_id, ()))
+    while stack:
+        span = stack.pop()
+        if span.span_id in seen:
+            continue
+        seen.add(span.span_id)
+        count += 1
+        stack.extend(children.get(span.span_id, ()))
+    return count
+
+
+def _label(span: SpanRecord, safe: Any) -> str:
+    """The row's name: an agent by its path's last part (``invoke_agent researcher#2``), so
+    siblings are told apart; any other span by its name."""
+    path = span.attributes.get(_PATH)
+    if span.name.startswith("invoke_agent") and isinstance(path, str) and path:
+        return f"invoke_agent {safe(path.rsplit('/', 1)[-1])}"
+    return str(safe(span.name))
+
+
+def _captured_task(span: SpanRecord) -> str | None:
+    """An agent's task, when content was captured: the first user text of its input."""
+    raw = span.attributes.get("gen_ai.input.messages")
+    if not isinstance(raw, str):
+        return None
+    try:
+        messages = json.loads(raw)
+    except ValueError:
+        return None
+    for message in messages if isinstance(messages, list) else ():
+        if not isinstance(message, dict) or message.get("role") != "user":
+            continue
+        for part in message.get("parts") or ():
+            if isinstance(part, dict) and part.get("type") == "text":
+                content = part.get("content")
+                if isinstance(content, str) and content.strip():
+                    return content
+    return None
+
+
+def _spawn_task(spawn: SpanRecord | None) -> str | None:
+    """A child's task from the arguments of the spawn that started it (captured content)."""
+    raw = None if spawn is None else spawn.attributes.get("gen_ai.tool.call.arguments")
+    if not isinstance(raw, str):
+        return None
+    try:
+        arguments = json.loads(raw)
+    except ValueError:
+        return None
+    task = arguments.get("task") if isinstance(arguments, dict) else None
+    return task if isinstance(task, str) and task.strip() else None
+
+
+def _details(
+    span: SpanRecord, parent: SpanRecord | None, folded_count: int, safe: Any
+) -> list[tuple[str, str]]:
+    """What goes under a row, as (text, style): the task, the error text, the retries."""
+    out: list[tuple[str, str]] = []
+    if span.name.startswith("invoke_agent"):
+        task = _spawn_task(parent) or _captured_task(span)
+        if task is not None:
+            out.append((f"task: {_short(safe(task))}", "dim"))
+    if span.status == "ERROR" and span.status_message:
+        reason = span.status_message
+        outcome = span.attributes.get(_OUTCOME)
+        said = parent is not None and parent.status_message == reason  # a turn's, its agent's
+        if reason not in (outcome, span.attributes.get("error.type")) and not said:
+            out.append((f"✗ {_short(safe(reason))}", "red"))
+    for event in span.events:
+        if event.name == "orchestrator.retry":
+            a = event.attributes
+            out.append(
+                (
+                    f"↻ retry {safe(a.get('orchestrator.retry.attempt', '?'))} after "
+                    f"{safe(a.get('error.type', '?'))}, backoff "
+                    f"{safe(a.get('orchestrator.retry.delay_s', '?'))}s",
+                    "yellow",
+                )
+            )
+        elif event.name == "exception":
+            kind = event.attributes.get("exception.type", "exception")
+            message = event.attributes.get("exception.message", "")
+            out.append((f"✗ {safe(kind)}: {_short(safe(message))}", "red"))
+    if folded_count:
+        out.append((f"… {folded_count} spans below, folded (--depth)", "dim"))
+    return out
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= _DETAIL_CHARS else text[: _DETAIL_CHARS - 1] + "…"
+
+
 def render_trace(
-    spans: Sequence[SpanRecord], console: Console, *, bar_width: int | None = None
+    spans: Sequence[SpanRecord],
+    console: Console,
+    *,
+    bar_width: int | None = None,
+    depth: int | None = None,
+    fit_names: bool = False,
 ) -> None:
     """Draw ``spans`` as a tree (by parent links) with a waterfall column, one table per trace.
 
@@ -183,12 +303,17 @@ def render_trace(
     (``in→out``; ``Σ`` for an agent's roll-up), cost, and status with the
     ``orchestrator.outcome`` and ``error.type`` when set. Children are ordered by start time;
     spans whose parent is missing from the file are drawn as roots, so a partial trace (a
-    crashed run, a truncated file) still shows everything it has.
+    crashed run, a truncated file) still shows everything it has. Agents are named by the last
+    part of their path (``invoke_agent researcher#2``). Under a row: the agent's task (when
+    content was captured), the error text of a failed span and its retries. ``depth`` folds
+    every agent at that depth (the root is 0) into its row, saying how many spans it holds.
 
     The figures are not cut: the timeline takes what the console width leaves (10 to 40 cells,
     or exactly ``bar_width``), then span names give way with an ellipsis; only a console too
-    narrow for the figures themselves (under ~60 columns) crops the rightmost columns. The
-    tokens and cost columns appear only when some span has them.
+    narrow for the figures themselves (under ~60 columns) crops the rightmost columns. With
+    ``fit_names`` (the CLI's, when its output is not a terminal: a pipe, a file) nothing gives
+    way: the lines are as wide as the names need. The tokens and cost columns appear only when some span has a figure in them
+    that is not zero.
 
     Every text from the file (span names, ids, the service, outcomes and error types) is shown
     through :func:`~orchestrator.core.terminal.terminal_safe`: secrets redacted, and control
@@ -219,50 +344,78 @@ def render_trace(
                 children[span.parent_span_id].append(span)
         for kids in children.values():
             kids.sort(key=lambda s: (s.start_ns, s.name))
+        by_id = {s.span_id: s for s in group}
+        folded: set[str] | None = None
+        if depth is not None:
+            folded = {
+                s.span_id
+                for s in group
+                if s.name.startswith("invoke_agent")
+                and isinstance(d := _number(s.attributes.get(_DEPTH)), float)
+                and d >= depth
+            }
 
         root = roots[0] if roots else group[0]
         summary = _summarize(Path("-"), group)
         head = Text.assemble(
-            ("trace ", "dim"),
-            (safe(root.trace_id), "bold"),
-            ("  run ", "dim"),
-            safe(summary.run_id) if summary.run_id != "-" else "?",
-            ("  service ", "dim"),
-            safe(summary.service_name or "?"),
+            ("run ", "dim"),
+            (safe(summary.run_id) if summary.run_id != "-" else "?", "bold"),
             ("  ", ""),
             summary.start.astimezone().strftime("%Y-%m-%d %H:%M:%S") if summary.start else "",
             ("  ", ""),
             (_fmt_duration(total), "bold"),
             (f"  {len(group)} spans", "dim"),
         )
-        console.print(head)
+        console.print(head, no_wrap=True, crop=False)
+        console.print(
+            Text.assemble(
+                ("trace ", "dim"),
+                safe(root.trace_id),
+                ("  service ", "dim"),
+                safe(summary.service_name or "?"),
+            ),
+            no_wrap=True,
+            crop=False,
+        )
         if summary.interrupted:  # the root span is missing: what remains is not how it ended
             console.print(Text(INTERRUPTED_NOTE, style="bold red"))
 
         rows = []
-        for span, guide in _walk(group, roots, children):
+        for span, guide, below in _walk(group, roots, children, folded):
             label = Text(guide, style="bright_black")
-            label.append(safe(span.name), style=_name_style(span))
+            label.append(_label(span, safe), style=_name_style(span))
+            inside = (
+                _mark_seen(span.span_id, children, set())
+                if folded is not None and span.span_id in folded
+                else 0
+            )
             figures = (
                 _fmt_duration(span.duration_ns),
                 _tokens_cell(span.attributes),
                 _cost_cell(span.attributes),
             )
-            rows.append((span, label, figures, _status_cell(span, secrets)))
+            details = _details(span, by_id.get(span.parent_span_id or ""), inside, safe)
+            rows.append((span, label, figures, _status_cell(span, secrets), below, details))
         figure_widths = [
             max(len(header), *(len(row[2][k]) for row in rows))
             for k, header in enumerate(("duration", "tokens", "cost"))
         ]
-        show_figure = [True, any(r[2][1] for r in rows), any(r[2][2] for r in rows)]
+        show_figure = [
+            True,
+            any(r[2][1] and any(c.isdigit() and c != "0" for c in r[2][1]) for r in rows),
+            any(r[2][2] and r[2][2] not in ("$0.0000",) for r in rows),
+        ]
         status_width = max(len("status"), *(row[3].cell_len for row in rows))
         name_width = max(row[1].cell_len for row in rows)
         fixed = sum(w for w, on in zip(figure_widths, show_figure, strict=True) if on)
         gaps = 2 * (2 + sum(show_figure))
-        if bar_width is None:
-            room = console.width - fixed - gaps - min(status_width, 16) - min(name_width, 28)
+        if bar_width is None:  # names get up to 40 cells before the timeline shrinks to 10
+            room = console.width - fixed - gaps - min(status_width, 16) - min(name_width, 40)
             width = max(10, min(40, room))
         else:
             width = bar_width
+        if fit_names:  # piped: whole names, whatever the width
+            console.width = max(console.width, name_width + gaps + fixed + width + status_width)
 
         # Lines are laid out here rather than by a rich Table: the widths are already known,
         # and a Table's cost per row added up to seconds for a big run's spans.
@@ -276,7 +429,7 @@ def render_trace(
             header.append(gap + ("duration", "tokens", "cost")[k].rjust(figure_widths[k]))
         header.append(gap + "status")
         lines = [header]
-        for span, label, figures, status in rows:
+        for span, label, figures, status, below, details in rows:
             label.truncate(name_cells, overflow="ellipsis", pad=True)
             line = Text.assemble(label, gap, _bar(span, t0, total, width))
             for k in figures_shown:
@@ -284,6 +437,14 @@ def render_trace(
             line.append(gap)
             line.append_text(status)
             lines.append(line)
+            for text, style in details:
+                detail = Text(below, style="bright_black")
+                detail.append(text, style=style)
+                if not fit_names:  # piped: whole (up to _DETAIL_CHARS)
+                    detail.truncate(console.width, overflow="ellipsis")
+                lines.append(detail)
+        if fit_names:  # a detail (a whole error text) may be wider than the rows
+            console.width = max(console.width, *(line.cell_len for line in lines))
         console.print(Text("\n").join(lines), no_wrap=True, crop=True, overflow="ellipsis")
         chat_in = sum(_number(s.attributes.get("gen_ai.usage.input_tokens")) or 0.0 for s in group)
         chat_out = sum(
@@ -297,3 +458,130 @@ def render_trace(
                     style="dim",
                 )
             )
+
+
+def find_span(spans: Sequence[SpanRecord], selector: str) -> list[SpanRecord]:
+    """The spans ``selector`` names: a span id or a unique prefix of one (4 hex digits at
+    least), or an agent's path (``lead/researcher#2``: its ``invoke_agent`` span)."""
+    by_path = [
+        s
+        for s in spans
+        if s.name.startswith("invoke_agent") and s.attributes.get(_PATH) == selector
+    ]
+    if by_path:
+        return by_path
+    wanted = selector.lower()
+    if len(wanted) < 4 or any(c not in "0123456789abcdef" for c in wanted):
+        return []
+    exact = [s for s in spans if s.span_id == wanted]
+    return exact or [s for s in spans if s.span_id.startswith(wanted)]
+
+
+def render_span(span: SpanRecord, spans: Sequence[SpanRecord], console: Console) -> None:
+    """One span whole: where it sits, its timing and status (with the error text), every
+    attribute, its events, and its messages when content was captured (system instructions,
+    input and output messages, shown by role and part)."""
+    from rich.text import Text
+
+    secrets = secret_values()
+
+    def safe(value: object, multiline: bool = False) -> str:
+        return terminal_safe(value, secrets=secrets, multiline=multiline)
+
+    by_id = {s.span_id: s for s in spans}
+    parent = by_id.get(span.parent_span_id or "")
+    console.print(Text(_label(span, safe), style="bold " + _name_style(span)), no_wrap=True)
+    facts = [
+        ("span", span.span_id),
+        ("trace", span.trace_id),
+        ("parent", f"{span.parent_span_id} ({_label(parent, safe)})" if parent else "none"),
+        ("started", _clock(span.start_ns)),
+        ("duration", _fmt_duration(span.duration_ns)),
+    ]
+    for key, value in facts:
+        console.print(Text.assemble((f"  {key:<9}", "dim"), safe(value)), no_wrap=True)
+    status = _status_cell(span, secrets)
+    if span.status_message:
+        status.append(f": {safe(span.status_message)}", style="red")
+    console.print(Text.assemble(("  status   ", "dim"), status))
+    shown = {k: v for k, v in span.attributes.items() if k not in _MESSAGE_ATTRIBUTES}
+    if shown:
+        from rich.table import Table
+
+        console.print(Text("attributes", style="bold dim"))
+        grid = Table.grid(padding=(0, 2), pad_edge=False)
+        grid.add_column(no_wrap=True)
+        grid.add_column(overflow="fold")
+        for key in sorted(shown):
+            grid.add_row(Text(f"  {safe(key)}"), Text(_value(shown[key], safe)))
+        console.print(grid)
+    if span.events:
+        console.print(Text("events", style="bold dim"))
+        for event in span.events:
+            offset = _fmt_duration(max(0, event.time_ns - span.start_ns))
+            attributes = "  ".join(
+                f"{safe(k)}={_value(v, safe)}" for k, v in event.attributes.items()
+            )
+            console.print(
+                Text.assemble(f"  +{offset} ", (safe(event.name), "bold"), f"  {attributes}")
+            )
+    captured = [k for k in _MESSAGE_ATTRIBUTES if isinstance(span.attributes.get(k), str)]
+    if captured:
+        console.print(Text("messages (captured content)", style="bold dim"))
+        for key in captured:
+            for role, text in _messages(str(span.attributes[key]), key):
+                console.print(Text.assemble((f"  {safe(role)}: ", "bold"), safe(text, True)))
+    elif span.name.split(" ", 1)[0] in ("invoke_agent", "chat", "execute_tool"):
+        console.print(
+            Text(
+                "(no messages: content is recorded only with "
+                "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true)",
+                style="dim",
+            )
+        )
+
+
+def _clock(ns: int) -> str:
+    moment = datetime.fromtimestamp(ns / 1e9, tz=UTC).astimezone()
+    return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def _value(value: AttrValue, safe: Any) -> str:
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(str(safe(v)) for v in value) + "]"
+    return str(safe(value))
+
+
+def _messages(raw: str, key: str) -> list[tuple[str, str]]:
+    """A captured GenAI messages attribute as (role, text) lines: one per part."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return [(key, raw)]
+    if key == "gen_ai.system_instructions":
+        parts = data if isinstance(data, list) else [data]
+        return [("system", _part_text(p)) for p in parts]
+    out = []
+    for message in data if isinstance(data, list) else [data]:
+        if not isinstance(message, dict):
+            out.append(("?", json.dumps(message)))
+            continue
+        role = str(message.get("role", "?"))
+        for part in message.get("parts") or ():
+            out.append((role, _part_text(part)))
+        if message.get("finish_reason"):
+            out.append((role, f"(finish_reason: {message['finish_reason']})"))
+    return out
+
+
+def _part_text(part: Any) -> str:
+    if not isinstance(part, dict):
+        return str(part)
+    kind = part.get("type")
+    if kind in ("text", "reasoning"):
+        return str(part.get("content", ""))
+    if kind == "tool_call":
+        return f"→ {part.get('name')}({json.dumps(part.get('arguments'), ensure_ascii=False)})"
+    if kind == "tool_call_response":
+        return f"← [{part.get('id')}] {part.get('response')}"
+    return json.dumps(part, ensure_ascii=False)

@@ -268,3 +268,26 @@ def test_bad_cli_values_for_the_new_options_are_one_line_errors(tmp_path: Path) 
         env=cli_env(OPENAI_BASE_URL="http://127.0.0.1:9/v1", ANTHROPIC_API_KEY="sk-ant-x"),
     )
     assert bad.returncode == 2 and "unknown model" in bad.stderr, bad.stderr
+
+
+async def test_chat_spans_record_the_providers_own_finish_reasons(server: FakeChatServer) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    model = OpenAIModel("gpt-4.1-mini", api_key="sk-test-key-0000000000", base_url=server.url)
+    result = await run(
+        SCRIPTED_TREE.map_tree(lambda a: a.replace(model=model)),
+        "How does trio keep concurrent tasks in order?",
+        tracer_provider=provider,
+    )
+    assert result.status is RunStatus.COMPLETED
+    reasons = {
+        s.attributes["gen_ai.response.finish_reasons"][0]
+        for s in exporter.get_finished_spans()
+        if s.name.startswith("chat ")
+    }
+    assert reasons == {"tool_calls", "stop"}  # Chat Completions' words, not the transcript's

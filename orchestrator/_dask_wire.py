@@ -1,0 +1,125 @@
+"""What crosses the wire to a Dask worker, and how: cloudpickle, with the definitions rebuilt.
+
+Definitions are immutable objects (:class:`~orchestrator.Agent` refuses ``setattr``; a
+:class:`~orchestrator.Tool` holds a pydantic model class made at run time), so plain pickling
+cannot rebuild them: :func:`dumps` reduces them to what their constructors take, and the worker
+builds them again. A tool's function, a model and ``deps`` travel as cloudpickle sends them: by
+reference when their module is importable on the worker, by value for ``__main__`` and for the
+modules named in ``by_value`` (a tree file the CLI loaded is one: nobody installed it there).
+
+Nothing that cannot be pickled may go: :func:`check_picklable` names the first such object
+before the run's first model call.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import sys
+from collections import ChainMap
+from collections.abc import Callable, Iterable
+from types import ModuleType
+from typing import Any, ClassVar
+
+import cloudpickle  # type: ignore[import-untyped, unused-ignore]
+
+from .core.agent import Agent
+from .core.errors import ConfigurationError
+from .core.tools import SchemaTool, Tool
+
+__all__ = ["by_value", "check_picklable", "dumps", "loads"]
+
+
+def _rebuild_agent(state: dict[str, Any]) -> Agent:
+    agent = object.__new__(Agent)
+    for name, value in state.items():
+        object.__setattr__(agent, name, value)
+    return agent
+
+
+def _reduce_agent(agent: Agent) -> tuple[Callable[..., Agent], tuple[Any, ...]]:
+    state = {name: getattr(agent, name) for name in Agent.__slots__}
+    return _rebuild_agent, (state,)
+
+
+def _rebuild_tool(fn: Callable[..., Any], options: dict[str, Any]) -> Tool:
+    return Tool(fn, **options)
+
+
+def _rebuild_schema_tool(fn: Callable[..., Any], options: dict[str, Any]) -> Tool:
+    from .core.schema import _input_check
+
+    schema = options["input_schema"]
+    return Tool._schema_tool(fn, check=_input_check(schema, options["name"]), **options)
+
+
+def _reduce_tool(t: Tool) -> tuple[Callable[..., Tool], tuple[Any, ...]]:
+    if isinstance(t, SchemaTool):
+        return _rebuild_schema_tool, (
+            t.fn,
+            {
+                "name": t.name,
+                "description": t.description,
+                "input_schema": t.input_schema,
+                "is_async": t.is_async,
+                "idempotent": t.idempotent,
+                "max_retries": t.max_retries,
+                "takes_context": t.takes_context,
+            },
+        )
+    return _rebuild_tool, (
+        t.fn,
+        {
+            "name": t.name,
+            "description": t.description,
+            "idempotent": t.idempotent,
+            "max_retries": t.max_retries if t.idempotent else 2,
+            "_allow_reserved": t.runtime_tool,
+            "_runtime_tool": t.runtime_tool,
+        },
+    )
+
+
+class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
+    dispatch_table: ClassVar[ChainMap[Any, Any]] = ChainMap(
+        {Agent: _reduce_agent, Tool: _reduce_tool, SchemaTool: _reduce_tool},
+        cloudpickle.Pickler.dispatch_table,
+    )
+
+
+def dumps(value: Any) -> bytes:
+    """``value`` pickled for a worker (definitions reduced to their constructors' arguments)."""
+    out = io.BytesIO()
+    _Pickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(value)
+    return out.getvalue()
+
+
+def loads(data: bytes) -> Any:
+    """The inverse of :func:`dumps` (on the worker)."""
+    return pickle.loads(data)
+
+
+def by_value(modules: Iterable[ModuleType | str]) -> None:
+    """Have cloudpickle send these modules' functions and classes by value (their source need
+    not be installed on the workers). A name not imported in this process is skipped."""
+    for module in modules:
+        found = sys.modules.get(module) if isinstance(module, str) else module
+        if found is None:
+            continue
+        if found.__name__ not in cloudpickle.list_registry_pickle_by_value():
+            cloudpickle.register_pickle_by_value(found)
+
+
+def check_picklable(named: Iterable[tuple[str, Any]]) -> None:
+    """Raise :class:`ConfigurationError` naming the first of ``named`` (label, object) that
+    cannot be pickled for a worker."""
+    for label, value in named:
+        try:
+            dumps(value)
+        except Exception as exc:
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            raise ConfigurationError(
+                f"{label} cannot be sent to a Dask worker ({type(exc).__name__}: {reason}); "
+                "children run there need definitions, models and deps that pickle "
+                "(no open clients, locks or sockets)"
+            ) from None

@@ -1,0 +1,69 @@
+"""``--model`` / ``--override-model`` names through the real command, and ``--json``'s
+``agent_name``.
+
+A bare name no provider claims (``gpt-4o``) is refused with exit code 2 and a list of what is
+known, instead of becoming an Anthropic model that retries for seconds; ``claude-...`` names
+keep meaning Anthropic models; ``provider:model`` strings go to their provider.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TREE = (
+    "from orchestrator import Agent\n"
+    "from orchestrator.models import ScriptedModel, text\n"
+    "child = Agent('helper', 'Help.', description='Helps.', model=ScriptedModel([text('hi')]))\n"
+    "agent = Agent('solo', 'Answer.', subagents=[child])\n"
+)
+
+
+def cli(tmp_path: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "tree.py").write_text(TREE)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "ANTHROPIC_"))}
+    env = {k: v for k, v in env.items() if not k.startswith("OPENAI_")}
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "run", "tree.py", "hello", *options],
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize("flag", ["--model", "--override-model"])
+def test_a_bare_name_no_provider_claims_is_refused_listing_what_is_known(
+    tmp_path: Path, flag: str
+) -> None:
+    proc = cli(tmp_path, flag, "gpt-4o")
+    assert proc.returncode == 2
+    line = proc.stderr.strip()
+    assert line.startswith(f"orchestrator: {flag} gpt-4o: no provider claims")
+    for known in ("openai:gpt-4o", "ollama:gpt-4o", "anthropic:<name>", "claude-sonnet-5-5"):
+        assert known in line
+    assert "offline" in line and "Traceback" not in proc.stderr
+
+
+def test_claude_names_and_provider_strings_keep_working(tmp_path: Path) -> None:
+    # no key: both run on the offline model, as the CLI says, and complete
+    for spec in ("claude-haiku-5-5", "openai:gpt-4o"):
+        proc = cli(tmp_path, "--model", spec, "--json")
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["offline"] is True
+
+
+def test_json_names_each_agent_as_agent_name_and_keeps_agent(tmp_path: Path) -> None:
+    proc = cli(tmp_path, "--model", "offline", "--json")
+    assert proc.returncode == 0, proc.stderr
+    tree = json.loads(proc.stdout)["tree"]
+    assert tree["agent_name"] == tree["agent"] == "solo"
+    for child in tree["children"]:
+        assert child["agent_name"] == child["agent"]

@@ -1,0 +1,215 @@
+"""``orchestrator run FILE --dask ...``: a tree from a file nobody installed on the workers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+TREE = textwrap.dedent(
+    '''
+    import multiprocessing
+
+    from orchestrator import Agent, tool
+    from orchestrator.models import FunctionModel, text, tool_call
+
+
+    @tool
+    def where(label: str) -> str:
+        """Say where this runs."""
+        return f"{label} ran in {'a worker' if multiprocessing.parent_process() else 'the CLI'}"
+
+
+    def answer(request):
+        if request.agent.name == "lead":
+            if len(request.messages) == 1:
+                return [
+                    tool_call("spawn_subagent", {"agent": "helper", "task": name})
+                    for name in ("one", "two")
+                ]
+            results = request.messages[-1].content
+            return text("; ".join(b.content for b in results))
+        if len(request.messages) == 1:
+            return tool_call("where", {"label": request.messages[0].content[0].text})
+        return text(request.messages[-1].content[0].content)
+
+
+    helper = Agent("helper", "Help.", description="helps", tools=[where])
+    agent = Agent("lead", "Lead.", model=FunctionModel(answer), subagents=[helper], tools=[where])
+    '''
+)
+
+
+def orchestrator(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+    )
+
+
+def test_a_tree_from_a_file_runs_its_children_on_a_local_cluster(tmp_path: Path):
+    (tmp_path / "mytree.py").write_text(TREE)
+    runs = tmp_path / "runs"
+    done = orchestrator(
+        "run",
+        "mytree.py",
+        "go",
+        "--dask",
+        "local:2",
+        "--json",
+        "--runs-dir",
+        str(runs),
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["status"] == "completed"
+    assert result["output"] == "one ran in a worker; two ran in a worker"
+    assert result["agents"] == 3
+    # the workers' spans are in the run's trace file, under the CLI's spawn spans
+    [trace] = runs.glob("*.jsonl")
+    spans = [
+        s
+        for line in trace.read_text().splitlines()
+        for rs in json.loads(line)["resourceSpans"]
+        for ss in rs["scopeSpans"]
+        for s in ss["spans"]
+    ]
+    ids = {s["spanId"]: s for s in spans}
+    helpers = [s for s in spans if s["name"] == "invoke_agent helper"]
+    assert len(helpers) == 2
+    for s in helpers:
+        assert ids[s["parentSpanId"]]["name"] == "execute_tool spawn_subagent"
+    assert len({s["traceId"] for s in spans}) == 1
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("local:0", "local:N needs a number of worker processes >= 1"),
+        ("127.0.0.1:8786", "give a scheduler address with its scheme"),
+        ("ftp://host:1", "unknown scheme 'ftp'"),
+    ],
+)
+def test_bad_dask_values_exit_2_with_one_line(tmp_path: Path, value: str, says: str):
+    (tmp_path / "mytree.py").write_text(TREE)
+    done = orchestrator(
+        "run",
+        "mytree.py",
+        "go",
+        "--dask",
+        value,
+        "--runs-dir",
+        str(tmp_path / "runs"),
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert says in lines[0]
+
+
+CRASH_TREE = textwrap.dedent(
+    '''
+    import os
+    from pathlib import Path
+
+    import trio
+
+    from orchestrator import Agent, tool
+    from orchestrator.models import FunctionModel, text, tool_call
+
+    MARK = Path(os.environ["DASK_CRASH_MARK"])
+
+
+    @tool
+    async def slow() -> str:
+        """Mark the start, then take a long time."""
+        with MARK.open("a") as f:
+            f.write("started\\n")
+        await trio.sleep(60)
+        return "finished"
+
+
+    def answer(request):
+        if request.agent.name == "lead":
+            if len(request.messages) == 1:
+                return tool_call("spawn_subagent", {"agent": "helper", "task": "slowly"})
+            return text("lead saw: " + request.messages[-1].content[0].content)
+        if len(request.messages) == 1:
+            return tool_call("slow", {})
+        return text("helper done")
+
+
+    helper = Agent("helper", "Help.", description="helps", tools=[slow])
+    agent = Agent("lead", "Lead.", model=FunctionModel(answer), subagents=[helper])
+    '''
+)
+
+
+def test_a_remote_child_in_flight_at_a_crash_is_not_run_again_on_resume(tmp_path: Path):
+    import os
+    import signal
+    import time
+
+    (tmp_path / "crash.py").write_text(CRASH_TREE)
+    mark = tmp_path / "started.log"
+    env = {**os.environ, "DASK_CRASH_MARK": str(mark)}
+    env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+    runs = tmp_path / "runs"
+    command = [sys.executable, "-m", "orchestrator.cli"]
+    proc = subprocess.Popen(
+        [*command, "run", "crash.py", "go", "--dask", "local:1", "--runs-dir", str(runs)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # its cluster's processes too, to kill them all
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not mark.exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    [journal] = runs.glob("*.db")
+    done = subprocess.run(
+        [*command, "resume", journal.stem, "--dask", "local:1", "--json", "--runs-dir", str(runs)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["status"] == "completed"
+    assert "it is not run again, and its outcome is unknown" in result["output"]
+    assert mark.read_text() == "started\n"  # once: never again on a worker
+
+
+def test_the_research_tree_runs_its_researchers_on_a_local_cluster(tmp_path: Path):
+    """The main job: its corpus tools pickle as where the corpus is, and each worker opens its
+    own index; the answer is the one the in-process run gives."""
+    research = Path(__file__).parents[2] / "agents" / "research.py"
+    prompt = "How do lambda expressions work?"
+    here = orchestrator("run", str(research), prompt, "--json", "--runs-dir", "a", cwd=tmp_path)
+    there = orchestrator(
+        "run", str(research), prompt, "--json", "--runs-dir", "b", "--dask", "local:2", cwd=tmp_path
+    )
+    assert here.returncode == 0 and there.returncode == 0, there.stderr
+    local, remote = json.loads(here.stdout), json.loads(there.stdout)
+    assert remote["status"] == "completed"
+    assert remote["output"] == local["output"] and "[topic:lambda]" in remote["output"]
+    assert [c["output"] for c in remote["tree"]["children"]] == [
+        c["output"] for c in local["tree"]["children"]
+    ]

@@ -1,0 +1,146 @@
+"""Trees for the Dask tests: module-level definitions, tools and model functions, so that
+workers can unpickle them (by reference where they can import this module, else by value)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+from pathlib import Path
+
+import trio
+
+from orchestrator import Agent, tool
+from orchestrator.models import FunctionModel, ScriptedModel, text, tool_call
+
+
+@tool
+def lookup(key: str) -> str:
+    """Look a key up."""
+    return f"{key.upper()} in {'a worker' if multiprocessing.parent_process() else 'the main'}"
+
+
+@tool
+async def wait(seconds: float) -> str:
+    """Wait some seconds."""
+    await trio.sleep(seconds)
+    return "waited"
+
+
+@tool
+def die(log: str) -> str:
+    """Note the call in a file, then kill this process (a worker lost mid-child)."""
+    with Path(log).open("a") as f:
+        f.write(f"{os.getpid()}\n")
+    import time
+
+    time.sleep(2.0)  # siblings finish first
+    os.kill(os.getpid(), signal.SIGKILL)
+    return "unreachable"
+
+
+WORKER = Agent("worker", "You work.", description="does one piece", tools=[lookup, wait, die])
+LEAD = Agent("lead", "You lead.", subagents=[WORKER], tools=[lookup, wait, die])
+
+
+def spawns(*tasks: str) -> list[object]:
+    return [tool_call("spawn_subagent", {"agent": "worker", "task": t}) for t in tasks]
+
+
+def scripted(n: int = 3) -> ScriptedModel:
+    return ScriptedModel(
+        {
+            "lead": [spawns(*(f"task {i}" for i in range(n))), text("all done")],
+            "worker": [tool_call("lookup", {"key": "k"}), text("worked")],
+        }
+    )
+
+
+def answer(request: object) -> object:
+    """A FunctionModel's function: the lead spawns two workers, each looks its task up and
+    answers with what the tool said; the lead answers with its children's answers."""
+    agent = request.agent  # type: ignore[attr-defined]
+    messages = request.messages  # type: ignore[attr-defined]
+    last = messages[-1]
+    if agent.name == "lead":
+        if len(messages) == 1:
+            return spawns("alpha", "beta")
+        return text(" | ".join(b.content for b in last.content if b.type == "tool_result"))
+    if len(messages) == 1:
+        return tool_call("lookup", {"key": messages[0].content[0].text})
+    return text(f"{agent.path}: {last.content[0].content}")
+
+
+FUNCTION_MODEL = FunctionModel(answer)
+
+
+def waiting(seconds: float) -> ScriptedModel:
+    """Workers that call ``wait(seconds)``."""
+    return ScriptedModel(
+        {
+            "lead": [spawns("slow one", "slow two"), text("done")],
+            "worker": [tool_call("wait", {"seconds": seconds}), text("waited")],
+        }
+    )
+
+
+def lookups(calls: int) -> ScriptedModel:
+    """Workers that look up ``calls`` times before answering (to spend a budget)."""
+    steps: list[object] = [tool_call("lookup", {"key": f"k{i}"}) for i in range(calls)]
+    return ScriptedModel(
+        {
+            "lead": [spawns("a", "b", "c", "d"), text("done")],
+            "worker": [*steps, text("looked")],
+        }
+    )
+
+
+@tool
+def note(log: str) -> str:
+    """Append a line to a file (a side effect that must not happen twice)."""
+    with Path(log).open("a") as f:
+        f.write("ran\n")
+    return "noted"
+
+
+NOTING = Agent("worker", "You work.", description="does one piece", tools=[note])
+NOTING_LEAD = Agent("lead", "You lead.", subagents=[NOTING], tools=[note])
+
+
+def flaky_lead(log: str, flag: str) -> FunctionModel:
+    """The lead spawns one worker that notes once; its second call fails until ``flag``
+    exists (the run stops after its child finished, as a crash would)."""
+
+    def answer(request: object) -> object:
+        agent = request.agent  # type: ignore[attr-defined]
+        messages = request.messages  # type: ignore[attr-defined]
+        if agent.name == "lead":
+            if len(messages) == 1:
+                return spawns("note it")
+            if not Path(flag).exists():
+                raise RuntimeError("the lead's provider is down")
+            return text("resumed and done")
+        if len(messages) == 1:
+            return tool_call("note", {"log": log})
+        return text("noted once")
+
+    return FunctionModel(answer)
+
+
+ASKED: list[tuple[str, str, bool]] = []
+"""What :func:`approve` was asked: (tool, agent path, asked in the main process)."""
+
+
+def approve(call: object) -> bool:
+    """An approver that notes each call, and declines a lookup of the key "no"."""
+    name, path = call.name, call.agent_path  # type: ignore[attr-defined]
+    ASKED.append((name, path, multiprocessing.parent_process() is None))
+    return call.input.get("key") != "no"  # type: ignore[attr-defined, no-any-return]
+
+
+def runs_cached() -> int:
+    """On a worker: how many runs' parts its process holds (each remote child's task loads its
+    run's once)."""
+    from orchestrator import _dask_worker
+
+    return len(_dask_worker._RUNS)

@@ -1,0 +1,273 @@
+"""orchestrator.aio from plain ``asyncio.run`` programs: trio hosted as a guest on the loop.
+
+Each test is a sync function that runs its own asyncio loop (``asyncio.run``), as a program
+would. Spans go to an in-memory exporter through a provider passed to the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from orchestrator import Agent, ConfigurationError, RunStatus, aio, run, run_sync, tool
+from orchestrator.core.events import AgentFinished, AgentStarted
+from orchestrator.models import FunctionModel, ScriptedModel, text, tool_call
+
+EXAMPLES = Path(__file__).parents[1] / "examples"
+
+
+@tool
+async def nap(ms: int) -> str:
+    """Sleep on asyncio.
+
+    Args:
+        ms: How long, in milliseconds.
+    """
+    task = asyncio.current_task()  # a real asyncio task, so asyncio.timeout works
+    assert task is not None
+    async with asyncio.timeout(30):
+        await asyncio.sleep(ms / 1000)
+    return f"slept {ms}"
+
+
+def napper(ms: int, name: str = "napper") -> Agent:
+    return Agent(
+        name,
+        "Nap, then answer.",
+        tools=[nap],
+        model=ScriptedModel([tool_call("nap", {"ms": ms}), text(f"napped {ms}")]),
+    )
+
+
+def provider() -> tuple[TracerProvider, InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    tp = TracerProvider()
+    tp.add_span_processor(SimpleSpanProcessor(exporter))
+    return tp, exporter
+
+
+def test_a_tree_is_awaited_from_asyncio_and_its_asyncio_tool_runs_on_the_loop() -> None:
+    async def main() -> Any:
+        return await aio.run(napper(20), "nap")
+
+    result = asyncio.run(main())
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.output == "napped 20"
+    [block] = result.messages[2].content
+    assert block.content == "slept 20" and not block.is_error
+
+
+def test_fifty_concurrent_runs_share_one_loop_and_overlap() -> None:
+    async def main() -> tuple[list[Any], float]:
+        started = time.perf_counter()
+        results = await asyncio.gather(*(aio.run(napper(200), "nap") for _ in range(50)))
+        return results, time.perf_counter() - started
+
+    results, elapsed = asyncio.run(main())
+    assert {r.status for r in results} == {RunStatus.COMPLETED}
+    assert elapsed < 2.0  # fifty 0.2 s naps one after another would take 10 s
+
+
+def test_the_loop_keeps_ticking_while_a_tree_runs() -> None:
+    async def main() -> int:
+        ticks = 0
+
+        async def heartbeat() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.05)
+                ticks += 1
+
+        beat = asyncio.create_task(heartbeat())
+        await aio.run(napper(500), "nap")
+        beat.cancel()
+        return ticks
+
+    assert asyncio.run(main()) >= 7  # about ten 50 ms beats in 0.5 s: run_sync would give 0
+
+
+def test_cancelling_the_awaiting_task_cancels_the_run_and_ends_its_spans() -> None:
+    tp, exporter = provider()
+    seen: list[Any] = []
+
+    async def main() -> None:
+        async with aio.open_run(napper(10_000), "nap", tracer_provider=tp) as handle:
+            seen.append(handle)
+            await asyncio.sleep(0.2)
+            handle.cancel()
+            seen.append(await handle.result())
+
+        task = asyncio.create_task(aio.run(napper(10_000), "nap", tracer_provider=tp))
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+        with pytest.raises(TimeoutError):  # asyncio.timeout cancels the task that awaits
+            async with asyncio.timeout(0.2):
+                await aio.run(napper(10_000), "nap", tracer_provider=tp)
+
+    started = time.perf_counter()
+    asyncio.run(main())
+    assert time.perf_counter() - started < 5  # nobody waited out a 10 s nap
+    result = seen[1]
+    assert result.status is RunStatus.CANCELLED
+    [block] = result.messages[-1].content
+    assert block.is_error and block.error_type == "cut_off"  # the transcript stays valid
+    spans = exporter.get_finished_spans()
+    agents = [s for s in spans if s.name == "invoke_agent napper"]
+    assert len(agents) == 3  # every run's spans ended, the cancelled ones included
+    assert all(s.attributes and s.attributes.get("orchestrator.cancelled") for s in agents)
+    tools = [s for s in spans if s.name == "execute_tool nap"]
+    assert len(tools) == 3 and all(s.end_time for s in tools)
+
+
+def test_leaving_the_block_early_cancels_the_run_and_waits_for_it() -> None:
+    async def main() -> Any:
+        async with aio.open_run(napper(10_000), "nap") as handle:
+            await asyncio.sleep(0.1)
+        return handle
+
+    handle = asyncio.run(main())
+    assert handle.done
+
+
+def test_one_runs_failure_never_touches_another() -> None:
+    def broken(request: Any) -> Any:
+        raise RuntimeError("a bug in this model")
+
+    bad = Agent("bad", "x", model=FunctionModel(broken))
+
+    async def main() -> tuple[Any, Any, Any]:
+        return await asyncio.gather(
+            aio.run(napper(300), "nap"),
+            aio.run(bad, "go"),
+            aio.run(Agent("empty", "x"), "no model anywhere"),
+            return_exceptions=True,
+        )
+
+    good, failed, refused = asyncio.run(main())
+    assert good.status is RunStatus.COMPLETED
+    assert failed.status is RunStatus.ERROR and "a bug in this model" in (failed.error or "")
+    assert isinstance(refused, ConfigurationError)
+
+
+def test_events_are_read_with_async_for() -> None:
+    async def main() -> list[Any]:
+        async with aio.open_run(napper(30), "nap") as handle:
+            events = [event async for event in handle.events]
+            assert (await handle.result()).status is RunStatus.COMPLETED
+        return events
+
+    events = asyncio.run(main())
+    assert isinstance(events[0], AgentStarted) and isinstance(events[-1], AgentFinished)
+    assert any(type(e).__name__ == "ToolFinished" for e in events)
+
+
+def test_the_callers_opentelemetry_context_is_carried_into_the_run() -> None:
+    tp, exporter = provider()
+
+    async def main() -> None:
+        with tp.get_tracer("app").start_as_current_span("handle request"):
+            await aio.run(napper(10), "nap", tracer_provider=tp)
+
+    asyncio.run(main())
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    outer, root = spans["handle request"], spans["invoke_agent napper"]
+    assert root.parent is not None and root.parent.span_id == outer.context.span_id
+    assert root.context.trace_id == outer.context.trace_id
+    assert spans["execute_tool nap"].context.trace_id == outer.context.trace_id
+
+
+def test_an_asyncio_tool_sees_the_tool_calls_span_as_current() -> None:
+    tp, exporter = provider()
+    inner: list[Any] = []
+
+    @tool
+    async def traced() -> str:
+        """Report the current span."""
+        await asyncio.sleep(0)
+        inner.append(trace.get_current_span().get_span_context().span_id)
+        return "ok"
+
+    agent = Agent(
+        "a", "x", tools=[traced], model=ScriptedModel([tool_call("traced", {}), text("done")])
+    )
+    asyncio.run(aio.run(agent, "go", tracer_provider=tp))
+    [tool_span] = [s for s in exporter.get_finished_spans() if s.name == "execute_tool traced"]
+    assert inner == [tool_span.context.span_id]
+
+
+def test_an_asyncio_tool_under_plain_trio_fails_saying_why() -> None:
+    result = run_sync(napper(10), "nap")
+    [block] = result.messages[2].content
+    assert block.is_error and block.error_type == "asyncio_tool"
+    assert "written for asyncio" in block.content and "orchestrator.aio" in block.content
+    assert "Check the arguments" not in block.content
+
+
+def test_a_tool_timeout_cancels_the_asyncio_task() -> None:
+    from orchestrator import Limits
+
+    cancelled: list[bool] = []
+
+    @tool
+    async def hang() -> str:
+        """Hang."""
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+        return "never"
+
+    agent = Agent(
+        "a", "x", tools=[hang], model=ScriptedModel([tool_call("hang", {}), text("gave up")])
+    )
+    result = asyncio.run(aio.run(agent, "go", limits=Limits(tool_timeout=0.2)))
+    [block] = result.messages[2].content
+    assert block.error_type == "timeout" and cancelled == [True]
+
+
+def test_run_from_asyncio_points_at_orchestrator_aio() -> None:
+    async def main() -> None:
+        await run(napper(1), "nap")
+
+    with pytest.raises(ConfigurationError, match=r"orchestrator\.aio\.run"):
+        asyncio.run(main())
+
+
+def test_aio_refuses_to_run_outside_asyncio() -> None:
+    async def main() -> None:
+        await aio.run(napper(1), "nap")
+
+    with pytest.raises(ConfigurationError, match=r"from trio, use orchestrator\.run"):
+        trio.run(main)
+
+
+def test_trio_runs_again_on_the_thread_after_the_loop_closes() -> None:
+    asyncio.run(aio.run(napper(1), "nap"))
+    assert trio.run(trio.sleep, 0) is None  # no guest run was left behind on the thread
+
+
+def test_the_asyncio_example_runs() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / "asyncio_script.py")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "3 runs (completed, completed, completed) in 0." in proc.stdout
+    assert "It is sunny in Lyon." in proc.stdout
