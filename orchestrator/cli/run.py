@@ -12,8 +12,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import glob
-import hashlib
-import importlib.util
 import json
 import math
 import os
@@ -45,52 +43,14 @@ __all__ = ["cmd_resume", "cmd_run", "load_agent", "offline_fallback", "offline_p
 
 
 def load_agent(target: str) -> Agent:
-    """The Agent named by ``FILE.py[:NAME]`` (default name ``agent``)."""
-    path_text, name = target, ""
-    if not os.path.exists(target):  # NAME after the last ":" (a folder or a drive may hold one)
-        head, _, tail = target.rpartition(":")
-        if head and (os.path.isfile(head) or tail.isidentifier()):
-            path_text, name = head, tail
-            if name and not name.isidentifier():
-                raise UsageError(f"{name!r} is not a Python name (in {target})")
-    name = name or "agent"
-    path = Path(path_text)
-    if not path.is_file():
-        raise UsageError(f"no such file: {path}")
-    # one name per file, so two files of one stem loaded in one process stay apart
-    digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
-    module_name = f"_orchestrator_user_{digest}_{path.stem}"
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        raise UsageError(f"cannot load {path} as Python")
-    module = importlib.util.module_from_spec(spec)
-    # registered like any import: dataclasses and pydantic resolve string annotations
-    # (``from __future__ import annotations``) through sys.modules
-    sys.modules[module_name] = module
-    sys.path.insert(0, str(path.resolve().parent))
-    loaded = False
+    """The Agent named by ``FILE.py[:NAME]`` (default name ``agent``): see
+    :func:`~orchestrator.core.resume.load_tree_file`; what is wrong is a usage error."""
+    from ..core.resume import load_tree_file
+
     try:
-        spec.loader.exec_module(module)
-        loaded = True
+        return load_tree_file(target)
     except ConfigurationError as exc:
-        raise UsageError(f"{path}: {exc}") from None
-    except Exception as exc:
-        raise UsageError(f"{path} failed to import: {type(exc).__name__}: {exc}") from None
-    except SystemExit as exc:
-        raise UsageError(f"{path} called sys.exit({exc.code!r}) while being imported") from None
-    finally:
-        sys.path.pop(0)
-        if not loaded:  # a file that failed to load leaves no module behind
-            sys.modules.pop(module_name, None)
-    if not hasattr(module, name):
-        agents = [k for k, v in vars(module).items() if isinstance(v, Agent)]
-        raise UsageError(
-            f"{path} has no {name!r} (agents defined there: {', '.join(agents) or 'none'})"
-        )
-    obj = getattr(module, name)
-    if not isinstance(obj, Agent):
-        raise UsageError(f"{path}:{name} is a {type(obj).__name__}, not an Agent")
-    return obj
+        raise UsageError(str(exc)) from None
 
 
 _OFFLINE_WHEN: dict[str, tuple[str, ...]] = {

@@ -45,6 +45,7 @@ __all__ = [
     "fingerprint",
     "journal_header",
     "load_tree",
+    "load_tree_file",
     "open_journal",
     "recorded_limits",
     "resume",
@@ -123,46 +124,71 @@ def load_tree(reference: str) -> Agent:
     """The root agent a reference names: ``FILE.py[:NAME]`` (default ``agent``) or
     ``module:attr``; raises ConfigurationError saying what is wrong."""
     head, _, tail = reference.rpartition(":")
-    if not head:
-        head, tail = reference, ""
-    if head.endswith(".py") or os.path.sep in head or os.path.isfile(head):
-        obj = _load_file(Path(head), tail or "agent")
-    else:
-        try:
-            module = importlib.import_module(head)
-        except Exception as exc:
-            raise ConfigurationError(
-                f"cannot import {head!r} for the tree {reference!r}: {exc}"
-            ) from None
-        obj = getattr(module, tail or "agent", None)
+    if not head or os.path.exists(reference) or head.endswith(".py") or os.path.isfile(head):
+        return load_tree_file(reference)
+    try:
+        module = importlib.import_module(head)
+    except Exception as exc:
+        raise ConfigurationError(
+            f"cannot import {head!r} for the tree {reference!r}: {exc}"
+        ) from None
+    obj = getattr(module, tail or "agent", None)
     if not isinstance(obj, Agent):
         raise ConfigurationError(f"{reference!r} does not name an Agent")
     return obj
 
 
-def _load_file(path: Path, name: str) -> object:
+def load_tree_file(target: str) -> Agent:
+    """The Agent named by ``FILE.py[:NAME]`` (default name ``agent``), the file executed as a
+    module of its own (what ``orchestrator run`` loads); raises ConfigurationError saying what
+    is wrong, in one line."""
+    path_text, name = target, ""
+    if not os.path.exists(target):  # NAME after the last ":" (a folder or a drive may hold one)
+        head, _, tail = target.rpartition(":")
+        if head and (os.path.isfile(head) or tail.isidentifier()):
+            path_text, name = head, tail
+            if name and not name.isidentifier():
+                raise ConfigurationError(f"{name!r} is not a Python name (in {target})")
+    name = name or "agent"
+    path = Path(path_text)
     if not path.is_file():
         raise ConfigurationError(f"no such file: {path}")
+    # one name per file, so two files of one stem loaded in one process stay apart
     digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
     module_name = f"_orchestrator_user_{digest}_{path.stem}"
-    module = sys.modules.get(module_name)
-    if module is None:  # loaded as the command line loads it, once per process
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        if spec is None or spec.loader is None:
-            raise ConfigurationError(f"cannot load {path} as Python")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        sys.path.insert(0, str(path.resolve().parent))
-        try:
-            spec.loader.exec_module(module)
-        except Exception as exc:
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ConfigurationError(f"cannot load {path} as Python")
+    module = importlib.util.module_from_spec(spec)
+    # registered like any import: dataclasses and pydantic resolve string annotations
+    # (``from __future__ import annotations``) through sys.modules
+    sys.modules[module_name] = module
+    sys.path.insert(0, str(path.resolve().parent))
+    loaded = False
+    try:
+        spec.loader.exec_module(module)
+        loaded = True
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{path}: {exc}") from None
+    except Exception as exc:
+        raise ConfigurationError(f"{path} failed to import: {type(exc).__name__}: {exc}") from None
+    except SystemExit as exc:
+        raise ConfigurationError(
+            f"{path} called sys.exit({exc.code!r}) while being imported"
+        ) from None
+    finally:
+        sys.path.pop(0)
+        if not loaded:  # a file that failed to load leaves no module behind
             sys.modules.pop(module_name, None)
-            raise ConfigurationError(
-                f"{path} failed to import: {type(exc).__name__}: {exc}"
-            ) from None
-        finally:
-            sys.path.pop(0)
-    return getattr(module, name, None)
+    if not hasattr(module, name):
+        agents = [k for k, v in vars(module).items() if isinstance(v, Agent)]
+        raise ConfigurationError(
+            f"{path} has no {name!r} (agents defined there: {', '.join(agents) or 'none'})"
+        )
+    obj = getattr(module, name)
+    if not isinstance(obj, Agent):
+        raise ConfigurationError(f"{path}:{name} is a {type(obj).__name__}, not an Agent")
+    return obj
 
 
 def journal_header(
