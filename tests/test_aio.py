@@ -271,3 +271,16 @@ def test_the_asyncio_example_runs() -> None:
     assert proc.returncode == 0, proc.stderr
     assert "3 runs (completed, completed, completed) in 0." in proc.stdout
     assert "It is sunny in Lyon." in proc.stdout
+
+
+@pytest.mark.parametrize("name", ["open_run", "run"])
+def test_the_asyncio_entry_points_take_exactly_the_trio_ones_arguments(name):
+    import inspect
+
+    import orchestrator
+    from orchestrator import aio
+
+    def parameters(fn):
+        return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
+
+    assert parameters(getattr(aio, name)) == parameters(getattr(orchestrator, name))
