@@ -8,13 +8,20 @@ says what the user can do about each kind.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final
 
-from ._retry import _BadResponse, _Failure, _one_line, _retry_after, _StreamFailed
+from ._retry import (
+    _BadResponse,
+    _Failure,
+    _one_line,
+    _overridden,
+    _retry_after,
+    _StreamFailed,
+    _transport_failure,
+)
 
 _FIXES: Final[Mapping[str, str]] = MappingProxyType(
     {
@@ -74,7 +81,6 @@ _TOO_LONG_SIGNS: Final = ("prompt is too long", "context window", "exceed contex
 def _classify(exc: Exception) -> _Failure | None:
     """What a failed attempt means, or None for an exception that is not a provider failure."""
     import anthropic
-    import httpx2
 
     if isinstance(exc, _StreamFailed):
         return exc.failure
@@ -109,30 +115,9 @@ def _classify(exc: Exception) -> _Failure | None:
         else:
             kind, retryable, fatal = "api_error", False, False
         should = exc.response.headers.get("x-should-retry") if status != 200 else None
-        if should == "true" and not fatal:
-            retryable = True
-        elif should == "false":
-            retryable = False
+        retryable = _overridden(should, retryable, fatal)
         retry_after = _retry_after(exc.response.headers) if status != 200 else None
         return _Failure(
             kind, detail, retryable, fatal, retry_after, rate_limited=kind == "rate_limit"
         )
-    if isinstance(exc, anthropic.APITimeoutError):
-        return _Failure("timeout", "request timed out", retryable=True)
-    if isinstance(exc, anthropic.APIConnectionError):
-        cause = exc.__cause__
-        reason = f": {type(cause).__name__}: {cause}" if cause is not None else ""
-        return _Failure("connection", _one_line(f"connection error{reason}"), retryable=True)
-    if isinstance(exc, httpx2.TimeoutException):
-        return _Failure("timeout", "stream timed out", retryable=True)
-    if isinstance(exc, httpx2.RequestError):  # raised by the stream after the headers arrived
-        return _Failure(
-            "connection", _one_line(f"stream broken: {type(exc).__name__}: {exc}"), retryable=True
-        )
-    if isinstance(exc, anthropic.APIResponseValidationError | json.JSONDecodeError):
-        return _Failure(
-            "malformed_response", _one_line(f"unreadable response: {exc}"), retryable=True
-        )
-    if isinstance(exc, anthropic.AnthropicError):
-        return _Failure("client_error", _one_line(f"{type(exc).__name__}: {exc}"), retryable=False)
-    return None
+    return _transport_failure(exc, anthropic, anthropic.AnthropicError)

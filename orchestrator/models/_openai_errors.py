@@ -15,7 +15,15 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
-from ._retry import _BadResponse, _Failure, _one_line, _retry_after, _StreamFailed
+from ._retry import (
+    _BadResponse,
+    _Failure,
+    _one_line,
+    _overridden,
+    _retry_after,
+    _StreamFailed,
+    _transport_failure,
+)
 
 _FIXES: Final[Mapping[str, str]] = MappingProxyType(
     {
@@ -101,7 +109,6 @@ def _body_message(body: object, fallback: str) -> tuple[str, str]:
 
 def _classify(exc: Exception) -> _Failure | None:
     """What a failed attempt means, or None for an exception that is not a provider failure."""
-    import httpx2
     import openai
 
     if isinstance(exc, _StreamFailed):
@@ -139,32 +146,11 @@ def _classify(exc: Exception) -> _Failure | None:
         else:
             kind, retryable, fatal = "api_error", False, False
         should = exc.response.headers.get("x-should-retry")
-        if should == "true" and not fatal:
-            retryable = True
-        elif should == "false":
-            retryable = False
+        retryable = _overridden(should, retryable, fatal)
         return _Failure(
             kind, detail, retryable, fatal, retry_after, rate_limited=kind == "rate_limit"
         )
-    if isinstance(exc, openai.APITimeoutError):
-        return _Failure("timeout", "request timed out", retryable=True)
-    if isinstance(exc, openai.APIConnectionError):
-        cause = exc.__cause__
-        reason = f": {type(cause).__name__}: {cause}" if cause is not None else ""
-        return _Failure("connection", _one_line(f"connection error{reason}"), retryable=True)
-    if isinstance(exc, httpx2.TimeoutException):
-        return _Failure("timeout", "stream timed out", retryable=True)
-    if isinstance(exc, httpx2.RequestError):  # raised by the stream after the headers arrived
-        return _Failure(
-            "connection", _one_line(f"stream broken: {type(exc).__name__}: {exc}"), retryable=True
-        )
-    if isinstance(exc, openai.APIResponseValidationError | json.JSONDecodeError):
-        return _Failure(
-            "malformed_response", _one_line(f"unreadable response: {exc}"), retryable=True
-        )
-    if isinstance(exc, openai.OpenAIError):
-        return _Failure("client_error", _one_line(f"{type(exc).__name__}: {exc}"), retryable=False)
-    return None
+    return _transport_failure(exc, openai, openai.OpenAIError)
 
 
 def _stream_error(payload: Mapping[str, Any]) -> _Failure:

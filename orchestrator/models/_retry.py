@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import email.utils
+import json
 import math
 import random
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import trio
 
@@ -61,6 +62,44 @@ def _one_line(text: str) -> str:
     if len(text) > _DETAIL_MAX_CHARS:
         text = text[: _DETAIL_MAX_CHARS - 3] + "..."
     return text
+
+
+def _overridden(should_retry: str | None, retryable: bool, fatal: bool) -> bool:
+    """``retryable`` as a server's ``x-should-retry`` header overrides it (both official SDKs'
+    servers send it); a fatal error is never retried."""
+    if should_retry == "true" and not fatal:
+        return True
+    if should_retry == "false":
+        return False
+    return retryable
+
+
+def _transport_failure(exc: Exception, sdk: Any, sdk_error: type[Exception]) -> _Failure | None:
+    """What the failures both official SDKs raise alike mean (their timeout, connection and
+    response-validation errors, the HTTP library's errors mid-stream, any other error of the
+    SDK); ``None`` for an exception that is none of those. ``sdk`` is the SDK's module (its
+    exception classes have the same names), ``sdk_error`` its base exception."""
+    import httpx2
+
+    if isinstance(exc, sdk.APITimeoutError):
+        return _Failure("timeout", "request timed out", retryable=True)
+    if isinstance(exc, sdk.APIConnectionError):
+        cause = exc.__cause__
+        reason = f": {type(cause).__name__}: {cause}" if cause is not None else ""
+        return _Failure("connection", _one_line(f"connection error{reason}"), retryable=True)
+    if isinstance(exc, httpx2.TimeoutException):
+        return _Failure("timeout", "stream timed out", retryable=True)
+    if isinstance(exc, httpx2.RequestError):  # raised by the stream after the headers arrived
+        return _Failure(
+            "connection", _one_line(f"stream broken: {type(exc).__name__}: {exc}"), retryable=True
+        )
+    if isinstance(exc, sdk.APIResponseValidationError | json.JSONDecodeError):
+        return _Failure(
+            "malformed_response", _one_line(f"unreadable response: {exc}"), retryable=True
+        )
+    if isinstance(exc, sdk_error):
+        return _Failure("client_error", _one_line(f"{type(exc).__name__}: {exc}"), retryable=False)
+    return None
 
 
 def _backoff(attempts: int) -> float:
