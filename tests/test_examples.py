@@ -27,6 +27,7 @@ EXPECTED: dict[str, tuple[str, str, str]] = {
     "approval.py": ("y\n", "Done: deleted draft-1", "Delete draft-1"),
     # as a script its children run on a LocalCluster of two processes; through the CLI, here
     "dask_fanout.py": ("", "8 workers counted 48456 primes in all.", "Count the primes"),
+    "durable_run.py": ("", "Report sent: 3 sections (report sent).", "Write the report"),
 }
 
 
@@ -113,3 +114,11 @@ def test_the_approval_example_declines_the_tool_unless_the_user_answers_yes(
     assert "[delete_draft]" not in proc.stderr  # the tool never ran
     assert proc.stdout.startswith("I did not delete draft-1: ")
     assert "declined by the approver" in proc.stdout
+
+
+def test_the_durable_example_resumes_without_doing_anything_twice(tmp_path: Path) -> None:
+    proc = run([str(EXAMPLES / "durable_run.py")], tmp_path, "")
+    assert proc.returncode == 0, proc.stderr
+    assert "stopped: cancelled after 2 sections" in proc.stdout
+    # turns 1 and 2 replayed from the journal: only the three unrecorded turns ask the model
+    assert "on resume: 3 model calls, sections written [3], report sent 1 time(s)" in proc.stdout
