@@ -399,8 +399,6 @@ class _JournalPlan:
             return SQLiteJournal.create(self.path, header)
         except ConfigurationError as exc:
             raise UsageError(str(exc)) from None
-        except OSError as exc:  # a folder that cannot hold it
-            raise UsageError(f"cannot write the run's journal to {self.path}: {exc}") from None
 
 
 def _tree_ref(target: str) -> str:

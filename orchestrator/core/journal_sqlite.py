@@ -199,13 +199,15 @@ class SQLiteJournal:
         """A new journal at ``path`` for the run ``header`` describes; a file already there is
         refused (a run id names one run)."""
         where = Path(path)
-        where.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(where, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
+        if where.exists():
             raise ConfigurationError(
                 f"a journal already exists at {where}: resume it, or give the run another id"
-            ) from None
+            )
+        try:
+            where.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(where, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        except OSError as exc:  # a folder that cannot hold it (or a file created meanwhile)
+            raise ConfigurationError(f"cannot write the run's journal to {where}: {exc}") from None
         lock = _locked(fd, where)
         connection = _connect(where)
         connection.executescript(_SCHEMA)

@@ -256,3 +256,10 @@ def test_the_fingerprint_reads_definitions_without_checking_them():
     whole, parts = fingerprint(agent)
     assert whole and "a.instructions" in parts
     assert fingerprint(Agent("a", "y", policy=Policy({"files__delete": "deny"})))[0] != whole
+
+
+async def test_a_journal_that_cannot_be_written_is_a_configuration_error_before_the_run(tmp_path):
+    (tmp_path / "a_file").write_text("not a folder")
+    with pytest.raises(ConfigurationError, match="cannot write the run's journal"):
+        await run(LEAD, "go", model=MODEL, journal=tmp_path / "a_file" / "run.db")
+    assert ASKED == []  # nothing was asked of the model
