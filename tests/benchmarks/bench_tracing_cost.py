@@ -7,20 +7,24 @@ difference between the configurations is what instrumentation adds:
 
 - ``none``: no tracer provider passed and no global one configured: OpenTelemetry's no-op
   tracer (what a program that never configures tracing pays);
-- ``sdk``: an SDK ``TracerProvider`` with a ``BatchSpanProcessor`` over an
+- ``sdk``: a program's own SDK ``TracerProvider`` with a ``BatchSpanProcessor`` over an
   ``InMemorySpanExporter`` (span creation, attributes, the queue and the export thread; no
   network or encoding);
-- ``sdk+content``: the same with message content capture on
+- ``file``: what the CLI does by default: ``configure_tracing(run_file=..., keep_file=True)``,
+  an OTLP/JSON lines trace file (the encoding and the writes count);
+- ``otlp``: what the CLI does with an endpoint: OTLP/HTTP (protobuf) to a real receiver in
+  another process (its decoding is not ours, so it does not count), and the trace file kept too;
+- ``file+content``: the trace file with message content capture on
   (``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``: transcripts JSON-encoded and
   redacted on every chat span).
-- ``sdk+file``: the SDK writing an OTLP/JSON lines trace file through
-  ``OtlpJsonLinesExporter`` (what the CLI does by default; the encoding counts)
 
-CPU is ``time.process_time()`` (user+sys of every thread, so the export thread counts) from
+CPU is ``time.process_time()`` (user+sys of every thread, so the export threads count) from
 the start of ``run()`` to the end of a ``force_flush()``, divided by the model calls
-(2 + N·(K+1)). Configurations alternate within each repetition; the median is reported.
+(2 + N·(K+1)). Every traced configuration's spans are counted where they arrived (the
+exporter's memory, the file, the receiver) and must be all of them. Configurations alternate
+within each repetition; medians are reported, and each configuration's ratio to ``none``.
 
-Usage: ``python tests/benchmarks/bench_tracing_cost.py [--smoke] [--n 200] [--k 3] [--reps 7]``.
+Usage: ``python tests/benchmarks/bench_tracing_cost.py [--smoke] [--n 1000] [--k 3] [--reps 5]``.
 Prints one JSON object on stdout and a small table on stderr.
 """
 
@@ -28,8 +32,10 @@ from __future__ import annotations
 
 import argparse
 import gc
+import logging
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -44,7 +50,7 @@ from _common import SPAN_QUEUE, emit, machine, median, table
 from orchestrator import Agent, Limits, Usage, run, tool
 from orchestrator.models import FunctionModel, response, text, tool_call
 
-CONFIGS = ("none", "sdk", "sdk+content", "sdk+file")
+CONFIGS = ("none", "sdk", "file", "otlp", "file+content")
 CAPTURE = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 
 
@@ -101,31 +107,107 @@ def expected_spans(n: int, k: int) -> int:
     return 5 + n + n * (1 + 2 * (k + 1) + k)
 
 
-def provider_for(config: str) -> tuple[Any, Any]:
+class Receiver:
+    """The real OTLP receiver of tests/support, in a process of its own: its decoding is the
+    collector's CPU, not the run's. It answers ``count`` on stdin with the spans it holds."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--receiver"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None and self.proc.stdin is not None
+        self.endpoint = self.proc.stdout.readline().strip()
+
+    def count(self) -> int:
+        assert self.proc.stdout is not None and self.proc.stdin is not None
+        self.proc.stdin.write("count\n")
+        self.proc.stdin.flush()
+        return int(self.proc.stdout.readline())
+
+    def wait_for(self, spans: int, timeout: float = 30.0) -> int:
+        deadline = time.monotonic() + timeout
+        while (got := self.count()) < spans and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return got
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def serve_receiver() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from support.otlp_receiver import OtlpReceiver
+
+    with OtlpReceiver() as receiver:
+        print(receiver.http_endpoint, flush=True)
+        for line in sys.stdin:
+            if line.strip() == "count":
+                print(len(receiver.spans), flush=True)
+            else:
+                receiver.clear()
+                print(0, flush=True)
+
+
+def setup_for(config: str, folder: Path, receiver: Receiver | None) -> tuple[Any, Any]:
+    """(the provider to pass to ``run()``, what to flush and read back) for ``config``."""
     if config == "none":
         return None, None
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    if config == "sdk":
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    exporter: Any = InMemorySpanExporter()
-    if config == "sdk+file":  # what the CLI does by default: an OTLP/JSON lines trace file
-        from orchestrator.tracing import OtlpJsonLinesExporter
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(
+            BatchSpanProcessor(exporter, max_queue_size=SPAN_QUEUE, max_export_batch_size=2048)
+        )
+        return provider, exporter
+    from orchestrator.tracing import configure_tracing
 
-        exporter = OtlpJsonLinesExporter(Path(tempfile.mkdtemp()) / "trace.jsonl")
-    provider = TracerProvider()
-    provider.add_span_processor(
-        BatchSpanProcessor(exporter, max_queue_size=SPAN_QUEUE, max_export_batch_size=2048)
+    # as the CLI does (keep_file=True), except set_global=False: `none` must stay untraced
+    setup = configure_tracing(
+        run_file=folder / f"{config}.jsonl",
+        endpoint=receiver.endpoint if config == "otlp" and receiver else None,
+        keep_file=True,
+        set_global=False,
     )
-    return provider, exporter
+    return setup.tracer_provider, setup
 
 
-def one_run(config: str, n: int, k: int) -> dict[str, Any]:
-    provider, exporter = provider_for(config)
-    if config == "sdk+content":
+def spans_arrived(
+    config: str, provider: Any, handle: Any, receiver: Receiver | None, expected: int
+) -> int:
+    if config == "sdk":
+        provider.shutdown()
+        return len(handle.get_finished_spans())
+    from orchestrator.tracing.tracefiles import load_trace
+
+    handle.shutdown()
+    if handle.dropped_spans or handle.failed_spans:
+        raise RuntimeError(
+            f"{config}: {handle.dropped_spans} dropped, {handle.failed_spans} failed"
+        )
+    in_file = len(load_trace(handle.trace_file))
+    if config == "otlp":
+        assert receiver is not None
+        received = receiver.wait_for(expected)
+        if received != in_file:
+            raise RuntimeError(f"otlp: {received} spans received, {in_file} in the file")
+    return in_file
+
+
+def one_run(config: str, n: int, k: int, receiver: Receiver | None) -> dict[str, Any]:
+    folder = Path(tempfile.mkdtemp())
+    if config == "file+content":
         os.environ[CAPTURE] = "true"
     else:
         os.environ.pop(CAPTURE, None)
+    provider, handle = setup_for(config, folder, receiver)
     counter = [0]
     model = make_model(n, k, counter)
     limits = Limits(
@@ -145,7 +227,7 @@ def one_run(config: str, n: int, k: int) -> dict[str, Any]:
     c0, w0 = time.process_time(), time.perf_counter()
     result = trio.run(main)
     if provider is not None:
-        provider.force_flush()
+        (provider if config == "sdk" else handle).force_flush()
     cpu, wall = time.process_time() - c0, time.perf_counter() - w0
     os.environ.pop(CAPTURE, None)
 
@@ -155,17 +237,15 @@ def one_run(config: str, n: int, k: int) -> dict[str, Any]:
     if counter[0] != expected_calls(n, k):
         raise RuntimeError(f"{config}: {counter[0]} model calls, expected {expected_calls(n, k)}")
     spans = None
-    if exporter is not None:
-        provider.shutdown()
-        if hasattr(exporter, "get_finished_spans"):
-            spans = len(exporter.get_finished_spans())
-        else:
-            from orchestrator.tracing.tracefiles import load_trace
-
-            spans = len(load_trace(exporter.path))
-            shutil.rmtree(exporter.path.parent)
+    if handle is not None:
+        spans = spans_arrived(config, provider, handle, receiver, expected_spans(n, k))
         if spans != expected_spans(n, k):
-            raise RuntimeError(f"{config}: {spans} spans exported, expected {expected_spans(n, k)}")
+            raise RuntimeError(f"{config}: {spans} spans arrived, expected {expected_spans(n, k)}")
+    shutil.rmtree(folder)
+    if receiver is not None and config == "otlp":
+        receiver.proc.stdin.write("clear\n")  # type: ignore[union-attr]
+        receiver.proc.stdin.flush()  # type: ignore[union-attr]
+        receiver.proc.stdout.readline()  # type: ignore[union-attr]
     return {"cpu_s": cpu, "wall_s": wall, "calls": counter[0], "spans": spans}
 
 
@@ -174,11 +254,19 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--smoke", action="store_true", help="N=10, one repetition (for CI)")
-    ap.add_argument("--n", type=int, default=200, help="workers (default 200)")
+    ap.add_argument("--n", type=int, default=1000, help="workers (default 1000)")
     ap.add_argument("--k", type=int, default=3, help="tool turns per worker (default 3)")
-    ap.add_argument("--reps", type=int, default=7, help="repetitions per configuration")
+    ap.add_argument("--reps", type=int, default=5, help="repetitions per configuration")
+    ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset")
+    ap.add_argument("--receiver", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.receiver:
+        serve_receiver()
+        return
     n, k, reps = (10, args.k, 1) if args.smoke else (args.n, args.k, args.reps)
+    configs = tuple(c for c in args.configs.split(",") if c)
+    if "none" not in configs or set(configs) - set(CONFIGS):
+        raise SystemExit(f"--configs: a subset of {','.join(CONFIGS)} that includes none")
 
     from opentelemetry import trace
     from opentelemetry.sdk.trace import TracerProvider
@@ -186,20 +274,31 @@ def main() -> None:
     if isinstance(trace.get_tracer_provider(), TracerProvider):
         raise RuntimeError("a global SDK provider is set: 'none' would not be the no-op path")
     os.environ.pop(CAPTURE, None)
+    logging.getLogger("opentelemetry").setLevel(logging.ERROR)
 
+    receiver = Receiver() if "otlp" in configs else None
     started = time.perf_counter()
-    for config in CONFIGS:  # warm-up: imports, caches, first-call costs
-        one_run(config, 2, k)
-    runs: dict[str, list[dict[str, Any]]] = {c: [] for c in CONFIGS}
-    for rep in range(reps):
-        order = CONFIGS if rep % 2 == 0 else tuple(reversed(CONFIGS))
-        for config in order:
-            runs[config].append(one_run(config, n, k))
+    try:
+        for config in configs:  # warm-up: imports, caches, first-call costs
+            one_run(config, 2, k, receiver)
+        runs: dict[str, list[dict[str, Any]]] = {c: [] for c in configs}
+        for rep in range(reps):
+            order = configs if rep % 2 == 0 else tuple(reversed(configs))
+            for config in order:
+                runs[config].append(one_run(config, n, k, receiver))
+    finally:
+        if receiver is not None:
+            receiver.close()
 
     calls = expected_calls(n, k)
     spans = expected_spans(n, k)
-    per_call = {c: median([r["cpu_s"] for r in runs[c]]) / calls * 1e6 for c in CONFIGS}
-    wall = {c: median([r["wall_s"] for r in runs[c]]) for c in CONFIGS}
+    per_call = {c: median([r["cpu_s"] for r in runs[c]]) / calls * 1e6 for c in configs}
+    # each repetition's ratio (configurations of one repetition ran side by side), then medians
+    ratios = {
+        c: median([r["cpu_s"] / u["cpu_s"] for r, u in zip(runs[c], runs["none"], strict=True)])
+        for c in configs
+    }
+    wall = {c: median([r["wall_s"] for r in runs[c]]) for c in configs}
     result = {
         "benchmark": "tracing_cost",
         "workload": {"n": n, "k": k, "model_latency_s": 0.0},
@@ -208,22 +307,20 @@ def main() -> None:
         "spans_per_run": spans,
         "spans_per_model_call": round(spans / calls, 3),
         "cpu_us_per_model_call": {c: round(v, 2) for c, v in per_call.items()},
-        "tracing_cost_us_per_model_call": round(per_call["sdk"] - per_call["none"], 2),
-        "tracing_cost_ratio": round(per_call["sdk"] / per_call["none"], 3),
-        "content_capture_extra_us_per_model_call": round(
-            per_call["sdk+content"] - per_call["sdk"], 2
-        ),
-        "cpu_s_per_rep": {c: [round(r["cpu_s"], 4) for r in runs[c]] for c in CONFIGS},
+        "ratio_to_none": {c: round(v, 3) for c, v in ratios.items()},
+        "cpu_s_per_rep": {c: [round(r["cpu_s"], 4) for r in runs[c]] for c in configs},
         "wall_median_s": {c: round(v, 4) for c, v in wall.items()},
         "machine": machine(),
         "elapsed_s": round(time.perf_counter() - started, 2),
     }
-    rows = [[c, per_call[c], per_call[c] - per_call["none"], wall[c] * 1000, reps] for c in CONFIGS]
+    rows = [
+        [c, per_call[c], per_call[c] - per_call["none"], ratios[c], wall[c] * 1000] for c in configs
+    ]
     text_out = "\n".join(
         [
             f"tracing cost: fanout N={n}, K={k}, zero-latency model; {calls} model calls, "
-            f"{spans} spans per run",
-            table(["config", "CPU us/call", "+ over none", "wall ms", "reps"], rows),
+            f"{spans} spans per run, {reps} interleaved repetitions",
+            table(["config", "CPU us/call", "+ over none", "x none", "wall ms"], rows),
         ]
     )
     emit(result, text_out)
