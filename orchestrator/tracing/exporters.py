@@ -15,15 +15,20 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final, cast
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
+from .direct import MAX_ATTRIBUTES, MAX_EVENTS, MAX_LINKS, DirectSpan, DirectTracer
 from .endpoints import Protocol
-from .otlp_json import encode_otlp_json, encode_spans_json
+from .otlp_json import encode_direct_json, encode_otlp_json, encode_spans_json
+from .spans import TRACER_NAME
 
 __all__ = ["OtlpJsonLinesExporter"]
 
@@ -59,17 +64,18 @@ class OtlpJsonLinesExporter(SpanExporter):
         self._cut = False  # our own last write left a cut line that could not be taken back
         self._closed = False
 
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+    takes_direct = True
+    """Direct spans (:mod:`.direct`) are welcome, mixed with SDK spans in one batch."""
+
+    def export(self, spans: Sequence[ReadableSpan | DirectSpan]) -> SpanExportResult:
         if not spans:
             return SpanExportResult.SUCCESS
-        try:
-            line = (encode_spans_json(spans) + "\n").encode("utf-8")
-        except UnicodeEncodeError:
-            # a lone surrogate in some string (a file name, a model's broken escape): the
-            # protobuf path drops just that attribute, as the SDK's encoder always did
-            from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-
-            line = (encode_otlp_json(encode_spans(spans)) + "\n").encode("utf-8")
+        sdk, direct = _split(spans)
+        line = b""
+        if sdk:
+            line = self._sdk_line(sdk)
+        if direct:  # a lone surrogate (UTF-8 cannot hold it) is written as "?"
+            line += (encode_direct_json(direct) + "\n").encode("utf-8", "replace")
         with self._lock:
             if self._closed:
                 return SpanExportResult.FAILURE
@@ -79,6 +85,17 @@ class OtlpJsonLinesExporter(SpanExporter):
                 _logger.error("cannot write trace file %s: %s", self.path, exc)
                 return SpanExportResult.FAILURE
         return SpanExportResult.SUCCESS
+
+    @staticmethod
+    def _sdk_line(spans: Sequence[ReadableSpan]) -> bytes:
+        try:
+            return (encode_spans_json(spans) + "\n").encode("utf-8")
+        except UnicodeEncodeError:
+            # a lone surrogate in some string (a file name, a model's broken escape): the
+            # protobuf path drops just that attribute, as the SDK's encoder always did
+            from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+            return (encode_otlp_json(encode_spans(spans)) + "\n").encode("utf-8")
 
     def _open(self) -> int:
         if self._fd is None:
@@ -161,6 +178,7 @@ class _CountingExporter(SpanExporter):
     def __init__(self, inner: SpanExporter, kind: str) -> None:
         self.inner = inner
         self.kind = kind
+        self.takes_direct: bool = getattr(inner, "takes_direct", False)
         self.handed = 0
         self.exported = 0
         self.failed = 0
@@ -174,7 +192,7 @@ class _CountingExporter(SpanExporter):
             self.exported += exported
             self.failed += failed
 
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:  # and direct spans
         n = len(spans)
         self._count(handed=n)
         if self.give_up_at is not None and time.monotonic() >= self.give_up_at:
@@ -210,50 +228,97 @@ class _CountingExporter(SpanExporter):
         return self.inner.force_flush(timeout_millis)
 
 
-class _CountingBatchSpanProcessor(BatchSpanProcessor):
-    """A ``BatchSpanProcessor`` that knows how many spans it lost.
+class _SpanPipe(SpanProcessor):
+    """A batch processor of our own, for SDK spans (``on_end``) and direct ones (``put``).
 
-    The SDK drops the oldest queued span when the queue is full and only logs it. So we count
-    at the edges: a sampled span that ended here, was never handed to the exporter and is no
-    longer queued was dropped (queue overflow, or ended after shutdown). Once the queue is
-    drained (after a flush or shutdown) this is exact; while spans flow it is off by at most
-    the batch the worker has just popped and not yet handed over.
+    Ending a span costs an append to a deque (the SDK's batch processor takes a lock and may
+    wake its thread per span); the export thread wakes once per batch or per schedule delay,
+    takes a whole batch and hands it to the exporter, which encodes it there. Every loss is
+    counted, not only logged: a span that finds the queue full, or ends while shutting down,
+    is ``dropped``. ``force_flush`` returns once everything queued before it was exported.
+    The thread belongs to this processor: it ends with :meth:`shutdown` (bounded by the
+    setup), and is a daemon so that a hung exporter cannot hold the interpreter's exit.
     """
 
     def __init__(self, exporter: _CountingExporter, *, max_queue_size: int) -> None:
-        super().__init__(
-            exporter,
-            max_queue_size=max_queue_size,
-            max_export_batch_size=min(_MAX_EXPORT_BATCH, max_queue_size),
-            schedule_delay_millis=_SCHEDULE_DELAY_MS,
-        )
         self.counter = exporter
-        self._ended = 0
-        self._ended_lock = threading.Lock()
+        self.takes_direct = exporter.takes_direct
+        self._max_queue = max_queue_size
+        self._batch = min(_MAX_EXPORT_BATCH, max_queue_size)
+        self._queue: deque[Any] = deque()
+        self._taken = 0  # spans the export thread took off the queue (only it writes this)
+        self._dropped = 0
+        self._lock = threading.Lock()  # the drop count and the flush waiters
+        self._flushes: list[threading.Event] = []
+        self._wake = threading.Event()
+        self._stopping = False
+        self._thread = threading.Thread(
+            target=self._export_loop, name="orchestrator-span-export", daemon=True
+        )
+        self._thread.start()
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        return None
 
     def on_end(self, span: ReadableSpan) -> None:
         if span.context is not None and span.context.trace_flags.sampled:
-            with self._ended_lock:
-                self._ended += 1
-        super().on_end(span)
+            self.put(span)
+
+    def put(self, span: ReadableSpan | DirectSpan) -> None:
+        """Queue one ended span (what a direct span's ``end`` calls)."""
+        queue = self._queue
+        if len(queue) >= self._max_queue or self._stopping:
+            with self._lock:
+                self._dropped += 1
+            return
+        queue.append(span)
+        if len(queue) == self._batch:  # once per batch, not per span
+            self._wake.set()
 
     @property
     def ended(self) -> int:
-        return self._ended
-
-    def _pending(self) -> int:
-        """Spans still queued (private SDK state, read defensively; 0 if it ever moves)."""
-        queue = getattr(getattr(self, "_batch_processor", None), "_queue", None)
-        try:
-            return len(queue) if queue is not None else 0
-        except TypeError:
-            return 0
+        """Sampled spans that ended and reached this processor."""
+        return self._taken + len(self._queue) + self._dropped
 
     @property
     def dropped(self) -> int:
-        # While the worker is between popping a batch and exporting it, up to one batch is
-        # briefly counted as dropped; after a flush or shutdown the figure is exact.
-        return max(0, self._ended - self.counter.handed - self._pending())
+        return self._dropped
+
+    def _export_loop(self) -> None:
+        while True:
+            self._wake.wait(_SCHEDULE_DELAY_MS / 1000)
+            self._wake.clear()
+            with self._lock:  # taken before draining: each was asked after what it waits for
+                flushes, self._flushes = self._flushes, []
+            self._drain()
+            for done in flushes:
+                done.set()
+            if self._stopping and not self._queue:
+                return
+
+    def _drain(self) -> None:
+        queue = self._queue
+        while queue:
+            batch = [queue.popleft() for _ in range(min(len(queue), self._batch))]
+            self._taken += len(batch)
+            self.counter.export(batch)  # counts, logs and never raises
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        if not self._thread.is_alive():
+            return not self._queue
+        done = threading.Event()
+        with self._lock:
+            self._flushes.append(done)
+        self._wake.set()
+        return done.wait(timeout_millis / 1000)
+
+    def shutdown(self) -> None:
+        """Export what is queued, then stop the thread and the exporter (the setup bounds
+        this: past its deadline the exporter fails the remaining batches at once)."""
+        self._stopping = True
+        self._wake.set()
+        self._thread.join()
+        self.counter.shutdown()
 
 
 class _Dispatch(SpanProcessor):
@@ -265,14 +330,30 @@ class _Dispatch(SpanProcessor):
     """
 
     def __init__(self) -> None:
-        self.targets: tuple[_CountingBatchSpanProcessor, ...] = ()
+        self.targets: tuple[_SpanPipe, ...] = ()
         self._lock = threading.Lock()
+        self._direct: DirectTracer | None = None
 
-    def attach(self, processors: Sequence[_CountingBatchSpanProcessor]) -> None:
+    def direct_tracer(self, provider: TracerProvider) -> DirectTracer | None:
+        """The direct road's tracer for ``provider`` when it may take it (see
+        :func:`direct_tracer`), else None."""
+        targets = self.targets
+        if not targets or not all(t.takes_direct for t in targets):
+            return None
+        if not _only_ours(provider, self):
+            return None
+        if self._direct is None:
+            from .. import __version__
+
+            scope = InstrumentationScope(TRACER_NAME, __version__)
+            self._direct = DirectTracer(self, provider.resource, scope)
+        return self._direct
+
+    def attach(self, processors: Sequence[_SpanPipe]) -> None:
         with self._lock:
             self.targets = (*self.targets, *processors)
 
-    def detach(self, processors: Sequence[_CountingBatchSpanProcessor]) -> None:
+    def detach(self, processors: Sequence[_SpanPipe]) -> None:
         with self._lock:
             self.targets = tuple(p for p in self.targets if p not in processors)
 
@@ -286,7 +367,7 @@ class _Dispatch(SpanProcessor):
 
     def shutdown(self) -> None:
         for target in self.targets:
-            cast(Callable[[], None], target.shutdown)()  # unannotated in the SDK
+            target.shutdown()
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         flushed = [target.force_flush(timeout_millis) for target in self.targets]  # every one
@@ -295,6 +376,62 @@ class _Dispatch(SpanProcessor):
 
 _DISPATCH: weakref.WeakKeyDictionary[TracerProvider, _Dispatch] = weakref.WeakKeyDictionary()
 _DISPATCH_LOCK = threading.Lock()
+
+
+_DEFAULT_SAMPLER: Final = (
+    "ParentBased{root:AlwaysOnSampler,remoteParentSampled:AlwaysOnSampler,"
+    "remoteParentNotSampled:AlwaysOffSampler,localParentSampled:AlwaysOnSampler,"
+    "localParentNotSampled:AlwaysOffSampler}"
+)
+
+
+def _only_ours(provider: TracerProvider, dispatch: _Dispatch) -> bool:
+    """Whether spans of ``provider`` may skip the SDK: ``dispatch`` is its only processor,
+    and it samples, makes ids and limits spans as the SDK does by default.
+
+    The processors and limits are private SDK state, read defensively: should they ever
+    move, every run takes the SDK's road, slower but the same trace.
+    """
+    active = getattr(provider, "_active_span_processor", None)
+    if getattr(active, "_span_processors", None) != (dispatch,):
+        return False  # a processor of the program's own sees every span: SDK spans for it
+    if getattr(provider, "_disabled", True) is not False:
+        return False
+    limits = getattr(provider, "_span_limits", None)
+    default_limits = (
+        getattr(limits, "max_span_attributes", None) == MAX_ATTRIBUTES
+        and getattr(limits, "max_events", None) == MAX_EVENTS
+        and getattr(limits, "max_links", None) == MAX_LINKS
+        and getattr(limits, "max_event_attributes", None) == MAX_ATTRIBUTES
+        and getattr(limits, "max_link_attributes", None) == MAX_ATTRIBUTES
+        and getattr(limits, "max_span_attribute_length", 0) is None
+    )
+    return (
+        default_limits
+        and type(provider.id_generator) is RandomIdGenerator
+        and provider.sampler.get_description() == _DEFAULT_SAMPLER
+    )
+
+
+def direct_tracer(provider: object) -> DirectTracer | None:
+    """The tracer of the direct road (:mod:`.direct`) when ``provider``'s spans may take it:
+    :func:`~.setup.configure_tracing` attached its exporters to it, every one of them takes
+    direct spans, and nothing else sees its spans (see :func:`_only_ours`)."""
+    try:
+        dispatch = _DISPATCH.get(provider)  # type: ignore[call-overload]
+    except TypeError:  # not weakly referable: not a provider of ours
+        return None
+    return None if dispatch is None else dispatch.direct_tracer(cast(TracerProvider, provider))
+
+
+def _split(
+    spans: Sequence[ReadableSpan | DirectSpan],
+) -> tuple[list[ReadableSpan], list[DirectSpan]]:
+    """A batch's SDK spans and direct spans, each in order."""
+    direct = [s for s in spans if type(s) is DirectSpan]
+    if len(direct) == len(spans):
+        return [], direct
+    return [s for s in spans if type(s) is not DirectSpan], direct  # type: ignore[misc]
 
 
 def _dispatch_for(provider: TracerProvider) -> _Dispatch:
@@ -327,4 +464,45 @@ def _otlp_exporter(endpoint: str, protocol: Protocol, timeout: float) -> SpanExp
         OTLPSpanExporter as HttpExporter,
     )
 
-    return cast(SpanExporter, HttpExporter(endpoint=endpoint, timeout=timeout))
+    exporter = cast(SpanExporter, HttpExporter(endpoint=endpoint, timeout=timeout))
+    client = getattr(exporter, "_client", None)
+    if callable(getattr(client, "export", None)):
+        return _OtlpHttpDirect(exporter, client)
+    return exporter  # an SDK without the client seam: SDK spans only
+
+
+class _OtlpHttpDirect(SpanExporter):
+    """The SDK's OTLP/HTTP exporter, also sending direct spans (:mod:`.direct`).
+
+    Direct spans are encoded by :func:`~.otlp_proto.encode_direct_proto`, SDK spans by the
+    SDK's encoder; serialized requests concatenate into one (protobuf merges repeated
+    fields), which goes through the SDK exporter's own HTTP client: its headers, compression,
+    TLS settings, retries and shutdown all stay the SDK's. The client is private SDK state,
+    read defensively (:func:`_otlp_exporter` does not use this class without it).
+    """
+
+    takes_direct = True
+
+    def __init__(self, inner: SpanExporter, client: Any) -> None:
+        self.inner = inner
+        self._client = client
+
+    def export(self, spans: Sequence[ReadableSpan | DirectSpan]) -> SpanExportResult:
+        from .otlp_proto import encode_direct_proto
+
+        sdk, direct = _split(spans)
+        data = b""
+        if sdk:
+            from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+            data = encode_spans(sdk).SerializePartialToString()
+        if direct:
+            data += encode_direct_proto(direct)
+        result = self._client.export(data)
+        return SpanExportResult.SUCCESS if result.success else SpanExportResult.FAILURE
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self.inner.force_flush(timeout_millis)

@@ -26,7 +26,9 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
     from opentelemetry.trace import SpanContext
 
-__all__ = ["decode_otlp_json", "encode_otlp_json", "encode_spans_json"]
+    from .direct import DirectSpan, DirectTracer
+
+__all__ = ["decode_otlp_json", "encode_direct_json", "encode_otlp_json", "encode_spans_json"]
 
 _logger = logging.getLogger(__name__)
 
@@ -275,3 +277,140 @@ def _value(value: Any, depth: int = 0) -> dict[str, Any]:
         ]
         return {"kvlistValue": {"values": pairs} if pairs else {}}
     raise TypeError(f"invalid type {type(value).__name__} of value {value!r}")
+
+
+# --------------------------------------------------------------------------------------------
+# Direct spans (the runtime's own, see .direct) straight to the same OTLP/JSON.
+
+_text: Final = json.encoder.encode_basestring  # C-accelerated: a str as a JSON string
+_CACHED_TEXT: Final = 256
+"""String attributes up to this long have their encoded ``KeyValue`` remembered: most are the
+same few names (operation, provider, model, agent, tool, run id) span after span."""
+_CACHE_LIMIT: Final = 8192
+_string_attributes: dict[tuple[str, str], str] = {}
+_keys: dict[str, str] = {}
+
+
+def encode_direct_json(spans: Sequence[DirectSpan]) -> str:
+    """Direct spans as one line of OTLP/JSON, the same text :func:`encode_spans_json` writes
+    for SDK spans saying the same, grouped by tracer (one resource and scope each)."""
+    groups: dict[int, tuple[DirectTracer, list[str]]] = {}
+    for span in spans:
+        tracer = span.tracer
+        group = groups.get(id(tracer))
+        if group is None:
+            group = groups[id(tracer)] = (tracer, [])
+        group[1].append(_direct_span(span))
+    blocks = []
+    for tracer, encoded in groups.values():
+        prefix = tracer.encoded.get("json")
+        if prefix is None:
+            prefix = tracer.encoded["json"] = _direct_prefix(tracer)
+        blocks.append(f"{prefix}{','.join(encoded)}]{tracer.encoded['json_suffix']}")
+    return f'{{"resourceSpans":[{",".join(blocks)}]}}'
+
+
+def _direct_prefix(tracer: DirectTracer) -> str:
+    """Everything of a resource block before its spans (its suffix is kept beside it)."""
+    resource = _with_attributes({}, tracer.resource.attributes)
+    scope: dict[str, Any] = {"scope": _scope(tracer.scope)}
+    head = json.dumps({"resource": resource}, separators=(",", ":"), ensure_ascii=False)[
+        :-1
+    ]  # without its closing brace
+    scope_head = json.dumps(scope, separators=(",", ":"), ensure_ascii=False)[:-1]
+    suffix = "}"
+    if tracer.scope.schema_url:
+        suffix = f',"schemaUrl":{_text(tracer.scope.schema_url)}}}'
+    suffix += "]"
+    if tracer.resource.schema_url:
+        suffix += f',"schemaUrl":{_text(tracer.resource.schema_url)}'
+    tracer.encoded["json_suffix"] = suffix + "}"
+    return f'{head},"scopeSpans":[{scope_head},"spans":['
+
+
+def _key(key: str) -> str:
+    encoded = _keys.get(key)
+    if encoded is None:
+        encoded = _text(key)
+        if len(_keys) < _CACHE_LIMIT:
+            _keys[key] = encoded
+    return encoded
+
+
+def _direct_attribute(key: str, value: Any) -> str | None:
+    kind = type(value)
+    if kind is str:
+        memo = (key, value)
+        encoded = _string_attributes.get(memo)
+        if encoded is None:
+            encoded = f'{{"key":{_key(key)},"value":{{"stringValue":{_text(value)}}}}}'
+            if len(value) <= _CACHED_TEXT:
+                if len(_string_attributes) >= _CACHE_LIMIT:
+                    _string_attributes.clear()
+                _string_attributes[memo] = encoded
+        return encoded
+    if kind is int and _INT64_MIN <= value < _INT64_END:
+        return f'{{"key":{_key(key)},"value":{{"intValue":"{value}"}}}}'
+    if kind is float and math.isfinite(value):
+        return f'{{"key":{_key(key)},"value":{{"doubleValue":{value!r}}}}}'
+    if kind is bool:
+        return f'{{"key":{_key(key)},"value":{{"boolValue":{"true" if value else "false"}}}}}'
+    try:
+        encoded_value = _value(value)
+    except (TypeError, ValueError) as exc:
+        _logger.error("cannot encode span attribute %s: %s", key, exc)
+        return None
+    pair = {"key": key, "value": encoded_value} if key else {"value": encoded_value}
+    return json.dumps(pair, separators=(",", ":"), ensure_ascii=False)
+
+
+def _direct_attributes(attributes: Mapping[str, Any]) -> str:
+    encoded = [a for k, v in attributes.items() if (a := _direct_attribute(k, v)) is not None]
+    return f',"attributes":[{",".join(encoded)}]' if encoded else ""
+
+
+def _direct_span(span: DirectSpan) -> str:
+    # the keys and defaults of _span(), in its order
+    parts = [f'{{"traceId":"{span.trace_id:032x}","spanId":"{span.span_id:016x}"']
+    if span.trace_state:
+        state = ",".join(f"{k}={v}" for k, v in span.trace_state.items())
+        parts.append(f',"traceState":{_text(state)}')
+    if span.parent_id:
+        parts.append(f',"parentSpanId":"{span.parent_id:016x}"')
+    if span.name:
+        parts.append(f',"name":{_text(span.name)}')
+    parts.append(
+        f',"kind":{span.kind.value + 1},"startTimeUnixNano":"{span.start_time}"'
+        f',"endTimeUnixNano":"{span.end_time}"'
+    )
+    if span.attributes:
+        parts.append(_direct_attributes(span.attributes))
+    if span.dropped_attributes:
+        parts.append(f',"droppedAttributesCount":{span.dropped_attributes}')
+    if span.events:
+        events = []
+        for name, attributes, timestamp in span.events:
+            event = f'{{"timeUnixNano":"{timestamp}"'
+            if name:
+                event += f',"name":{_text(name)}'
+            events.append(f"{event}{_direct_attributes(attributes)}}}")
+        parts.append(f',"events":[{",".join(events)}]')
+    if span.dropped_events:
+        parts.append(f',"droppedEventsCount":{span.dropped_events}')
+    if span.links:
+        links = [
+            f'{{"traceId":"{context.trace_id:032x}","spanId":"{context.span_id:016x}"'
+            f'{_direct_attributes(attributes)},"flags":{_flags(context)}}}'
+            for context, attributes in span.links
+        ]
+        parts.append(f',"links":[{",".join(links)}]')
+    if span.dropped_links:
+        parts.append(f',"droppedLinksCount":{span.dropped_links}')
+    status = []
+    if span.status_message:
+        status.append(f'"message":{_text(span.status_message)}')
+    if span.status_code:
+        status.append(f'"code":{span.status_code}')
+    flags = _FLAGS_HAS_IS_REMOTE | _FLAGS_IS_REMOTE if span.parent_remote else _FLAGS_HAS_IS_REMOTE
+    parts.append(f',"status":{{{",".join(status)}}},"flags":{flags}}}')
+    return "".join(parts)

@@ -18,7 +18,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, cast
 
@@ -36,10 +36,10 @@ from .endpoints import (
 )
 from .exporters import (
     OtlpJsonLinesExporter,
-    _CountingBatchSpanProcessor,
     _CountingExporter,
     _dispatch_for,
     _otlp_exporter,
+    _SpanPipe,
 )
 from .flush import run_bounded
 
@@ -103,7 +103,7 @@ class TracingSetup:
         *,
         tracer_provider: TracerProvider,
         owns_provider: bool,
-        processors: Sequence[_CountingBatchSpanProcessor],
+        processors: Sequence[_SpanPipe],
         trace_file: Path | None,
         endpoint: str | None,
         protocol: Protocol | None,
@@ -229,8 +229,7 @@ class TracingSetup:
 
         def shut() -> None:
             for processor in self._processors:
-                # BatchSpanProcessor.shutdown is unannotated in the SDK.
-                cast(Callable[[], None], processor.shutdown)()
+                processor.shutdown()
             # a provider made global stays: OTel will not take another, and later setups of
             # this process reuse it
             if self._owns_provider and not _is_global(self.tracer_provider):
@@ -408,7 +407,7 @@ def configure_tracing(
                 # every setup (atexit runs in reverse), for processors users added themselves
                 atexit.register(_shutdown_at_exit, tracer_provider, export_timeout)
 
-    processors = [_CountingBatchSpanProcessor(e, max_queue_size=max_queue_size) for e in exporters]
+    processors = [_SpanPipe(e, max_queue_size=max_queue_size) for e in exporters]
     if processors:
         _dispatch_for(tracer_provider).attach(processors)
     return TracingSetup(

@@ -631,7 +631,7 @@ class Observer:
                 assert exported == self.spans.ended, (exported, self.spans.ended)
 
 
-_TRACING_THREADS = {"OtelBatchSpanRecordProcessor"}
+_TRACING_THREADS = {"OtelBatchSpanRecordProcessor", "orchestrator-span-export"}
 
 
 def mark_failed(fault: str, depth: int, exc: BaseException) -> None:

@@ -1,0 +1,389 @@
+"""Direct spans: the runtime's own spans, made and exported without the SDK's span objects.
+
+Tracing is what people come here for, and the CLI traces every run into a trace file; but an
+SDK span costs several times what the runtime spends on the model call it describes (its
+context, attribute cleaning and locking, the batch processor's lock and wake-up per span,
+then an encoder that walks generic objects). When a run's provider is one that
+:func:`~.setup.configure_tracing` set up and nobody else added a processor to, its spans take
+this shorter road instead: a :class:`DirectTracer` makes :class:`DirectSpan` objects (plain
+slots, ids from :mod:`random` as the SDK's default generator makes them), and a span that ends
+is appended to the queue of each of the setup's exporters, which encode whole batches straight
+to OTLP/JSON (:func:`~.otlp_json.encode_direct_json`) or OTLP protobuf
+(:func:`~.otlp_proto.encode_direct_proto`) in their export thread.
+
+The trace is the same standard one: the same names, attributes, events, statuses, ids and
+parent links, in the same files and requests (the tests hold both roads to one pinned span
+set). A direct span is an OpenTelemetry :class:`~opentelemetry.trace.Span`, current in the
+context like any other, so a tool's own spans nest under its ``execute_tool`` span, and
+``trace.get_current_span().set_attribute(...)`` in a tool writes to it. Whatever the road
+cannot promise sends the run through the SDK instead, decided once per run by
+:func:`~.exporters.direct_tracer`: a processor of the program's own on the provider, a sampler,
+id generator or span limits other than the defaults, an exporter that only takes SDK spans
+(the console, gRPC).
+
+Every text written to a direct span is redacted here (what :class:`~.spans._RedactedSpan`
+does for SDK spans), content attributes excepted: they are redacted when they are made.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+import traceback
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Final
+
+from opentelemetry import trace
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    Span,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    TraceState,
+)
+from opentelemetry.util import types
+
+from ..core.errors import exception_type
+from ..core.messages import well_formed
+from ..core.redact import redact
+from .spans import _CONTENT_KEYS
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+    from opentelemetry.sdk.resources import Resource
+
+    from .exporters import _Dispatch
+
+__all__ = ["DirectSpan", "DirectTracer"]
+
+_logger = logging.getLogger("orchestrator.tracing")
+
+# The SDK's default span limits, which a direct span keeps (other limits take the SDK's road).
+MAX_ATTRIBUTES: Final = 128
+MAX_EVENTS: Final = 128
+MAX_LINKS: Final = 128
+
+_SAMPLED: Final = TraceFlags.SAMPLED
+_RANDOM: Final = TraceFlags.RANDOM_TRACE_ID  # W3C level 2: the trace id's bits are random
+_EMPTY_STATE: Final = TraceState()
+_PLAIN: Final = (str, bool, int, float)
+
+
+def _new_id(bits: int) -> int:
+    value = random.getrandbits(bits)
+    while not value:  # zero is the invalid id
+        value = random.getrandbits(bits)
+    return value
+
+
+def _clean(key: object, value: object) -> Any:
+    """``value`` as an attribute may hold it (the SDK's rules: a plain value, or a sequence of
+    one plain type, None items allowed), texts redacted; None when it may not be kept."""
+    if not isinstance(key, str) or not key:
+        _logger.warning("invalid span attribute key %r: dropped", key)
+        return None
+    if isinstance(value, str):
+        return value if key in _CONTENT_KEYS else redact(value)
+    if isinstance(value, _PLAIN):
+        return value
+    if isinstance(value, Sequence) and not isinstance(value, bytes | bytearray):
+        kinds = {type(v) for v in value if v is not None}
+        if len(kinds) <= 1 and kinds <= {str, bool, int, float}:
+            return tuple(redact(v) if isinstance(v, str) else v for v in value)
+    _logger.warning("invalid type %s for span attribute %r: dropped", type(value).__name__, key)
+    return None
+
+
+def _cleaned(attributes: types.Attributes) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in (attributes or {}).items():
+        cleaned = _clean(key, value)
+        if cleaned is not None and len(out) < MAX_ATTRIBUTES:
+            out[key] = cleaned
+    return out
+
+
+class DirectSpan(Span):
+    """One span of the direct road (see the module's doc): a recording span until it ends,
+    then an entry in each exporter's queue. Read by the encoders through its slots."""
+
+    __slots__ = (
+        "_context",
+        "attributes",
+        "dropped_attributes",
+        "dropped_events",
+        "dropped_links",
+        "end_time",
+        "events",
+        "flags",
+        "kind",
+        "links",
+        "name",
+        "parent_id",
+        "parent_remote",
+        "span_id",
+        "start_time",
+        "status_code",
+        "status_message",
+        "trace_id",
+        "trace_state",
+        "tracer",
+    )
+
+    redacts: Final = True
+    """Every text written to it is redacted (:func:`~.spans.span` wraps other spans)."""
+
+    def __init__(
+        self,
+        tracer: DirectTracer,
+        name: str,
+        kind: SpanKind,
+        trace_id: int,
+        parent_id: int,
+        parent_remote: bool,
+        trace_state: TraceState,
+        flags: int,
+        start_time: int,
+    ) -> None:
+        self.tracer = tracer
+        self._context: SpanContext | None = None
+        self.name = name
+        self.kind = kind
+        self.trace_id = trace_id
+        self.span_id = _new_id(64)
+        self.parent_id = parent_id  # 0: a root span
+        self.parent_remote = parent_remote
+        self.trace_state = trace_state
+        self.flags = flags
+        self.start_time = start_time
+        self.end_time = 0  # 0 until it ends
+        self.attributes: dict[str, Any] = {}
+        self.events: list[tuple[str, dict[str, Any], int]] | None = None
+        self.links: list[tuple[SpanContext, dict[str, Any]]] | None = None
+        self.dropped_attributes = 0
+        self.dropped_events = 0
+        self.dropped_links = 0
+        self.status_code = 0  # StatusCode's value: UNSET
+        self.status_message = ""
+
+    @property
+    def instrumentation_scope(self) -> InstrumentationScope:
+        """The tracer's scope, read as the SDK's spans have it (``record_retry`` checks it)."""
+        return self.tracer.scope
+
+    def end(self, end_time: int | None = None) -> None:
+        if self.end_time:
+            _logger.warning("calling end() on an ended span %r", self.name)
+            return
+        self.end_time = end_time or time.time_ns()
+        for pipe in self.tracer.dispatch.targets:
+            pipe.put(self)
+
+    def get_span_context(self) -> SpanContext:
+        context = self._context
+        if context is None:  # made when asked: most spans are only ever parents by slot
+            context = self._context = SpanContext(
+                self.trace_id,
+                self.span_id,
+                is_remote=False,
+                trace_flags=TraceFlags(self.flags),
+                trace_state=self.trace_state,
+            )
+        return context
+
+    def is_recording(self) -> bool:
+        return not self.end_time
+
+    def set_attributes(self, attributes: Mapping[str, types.AttributeValue]) -> None:
+        if self.end_time:
+            return
+        own = self.attributes
+        if len(own) + len(attributes) > MAX_ATTRIBUTES:
+            for key, value in attributes.items():
+                self.set_attribute(key, value)
+            return
+        for key, value in attributes.items():
+            kind = type(value)
+            if kind is str:  # most values: texts (redacted), counts and flags
+                own[key] = value if key in _CONTENT_KEYS else redact(value)  # type: ignore[arg-type]
+            elif kind is int or kind is float or kind is bool:
+                own[key] = value
+            else:
+                cleaned = _clean(key, value)
+                if cleaned is not None:
+                    own[key] = cleaned
+
+    def set_attribute(self, key: str, value: types.AttributeValue) -> None:
+        if self.end_time:
+            return
+        cleaned = _clean(key, value)
+        if cleaned is None:
+            return
+        if key not in self.attributes and len(self.attributes) >= MAX_ATTRIBUTES:
+            self.dropped_attributes += 1
+            return
+        self.attributes[key] = cleaned
+
+    def add_event(
+        self, name: str, attributes: types.Attributes = None, timestamp: int | None = None
+    ) -> None:
+        if self.end_time:
+            return
+        if self.events is None:
+            self.events = []
+        if len(self.events) >= MAX_EVENTS:
+            self.dropped_events += 1
+            return
+        self.events.append((redact(name), _cleaned(attributes), timestamp or time.time_ns()))
+
+    def add_link(self, context: SpanContext, attributes: types.Attributes = None) -> None:
+        if self.end_time or context is None or not context.is_valid:
+            return
+        if self.links is None:
+            self.links = []
+        if len(self.links) >= MAX_LINKS:
+            self.dropped_links += 1
+            return
+        self.links.append((context, _cleaned(attributes)))
+
+    def update_name(self, name: str) -> None:
+        if not self.end_time:
+            self.name = redact(well_formed(name))
+
+    def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
+        # the SDK's rules: OK is final; a description is kept for ERROR only
+        if self.end_time or self.status_code == StatusCode.OK.value:
+            return
+        if isinstance(status, Status):
+            code, message = status.status_code, status.description
+        else:
+            code, message = status, description
+        self.status_code = code.value
+        self.status_message = redact(message) if message and code is StatusCode.ERROR else ""
+
+    def record_exception(
+        self,
+        exception: BaseException,
+        attributes: types.Attributes = None,
+        timestamp: int | None = None,
+        escaped: bool = False,
+    ) -> None:
+        """The exception event the SDK records, its message and traceback redacted."""
+        recorded: dict[str, Any] = {
+            "exception.type": exception_type(exception),
+            "exception.message": str(exception),
+            "exception.stacktrace": "".join(traceback.format_exception(exception)),
+            "exception.escaped": str(escaped),
+        }
+        recorded.update(attributes or {})
+        self.add_event("exception", recorded, timestamp)
+
+    def __repr__(self) -> str:
+        return f"DirectSpan({self.name!r}, span_id={self.span_id:016x})"
+
+
+class DirectTracer(trace.Tracer):
+    """The tracer of the direct road, one per provider: it makes :class:`DirectSpan` objects
+    whose ends go to the provider's live exporters (``dispatch.targets``)."""
+
+    def __init__(self, dispatch: _Dispatch, resource: Resource, scope: InstrumentationScope):
+        self.dispatch = dispatch
+        self.resource = resource
+        self.scope = scope
+        self.encoded: dict[str, Any] = {}  # the encoders' per-tracer prefixes (resource, scope)
+
+    def start_span(
+        self,
+        name: str,
+        context: Context | None = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: types.Attributes = None,
+        links: Sequence[Link] | None = None,
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+    ) -> Span:
+        parent = trace.get_current_span(context)
+        if type(parent) is DirectSpan:  # the usual case: read by slot, no SpanContext made
+            span = DirectSpan(
+                self,
+                name,
+                kind,
+                parent.trace_id,
+                parent.span_id,
+                False,
+                parent.trace_state,
+                parent.flags,
+                start_time or time.time_ns(),
+            )
+        else:
+            parent_context = parent.get_span_context()
+            if parent_context.is_valid:
+                flags = parent_context.trace_flags
+                if not flags.sampled:  # ParentBased: a parent sampled out leaves us out
+                    return NonRecordingSpan(
+                        SpanContext(
+                            parent_context.trace_id,
+                            _new_id(64),
+                            is_remote=False,
+                            trace_flags=TraceFlags(flags),
+                            trace_state=parent_context.trace_state,
+                        )
+                    )
+                span = DirectSpan(
+                    self,
+                    name,
+                    kind,
+                    parent_context.trace_id,
+                    parent_context.span_id,
+                    parent_context.is_remote,
+                    parent_context.trace_state,
+                    _SAMPLED | (flags & _RANDOM),
+                    start_time or time.time_ns(),
+                )
+            else:
+                span = DirectSpan(
+                    self,
+                    name,
+                    kind,
+                    _new_id(128),
+                    0,
+                    False,
+                    _EMPTY_STATE,
+                    _SAMPLED | _RANDOM,
+                    start_time or time.time_ns(),
+                )
+        if attributes:
+            span.set_attributes(attributes)
+        for link in links or ():
+            span.add_link(link.context, link.attributes)
+        return span
+
+    @contextmanager  # the API's own decorator is private; any context manager will do
+    def start_as_current_span(  # type: ignore[override]
+        self,
+        name: str,
+        context: Context | None = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: types.Attributes = None,
+        links: Sequence[Link] | None = None,
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+        end_on_exit: bool = True,
+    ) -> Iterator[Span]:
+        span = self.start_span(name, context, kind, attributes, links, start_time, record_exception)
+        with trace.use_span(
+            span,
+            end_on_exit=end_on_exit,
+            record_exception=record_exception,
+            set_status_on_exception=set_status_on_exception,
+        ) as current:
+            yield current

@@ -1,0 +1,251 @@
+"""The direct road: a configured setup's spans skip the SDK's span objects, and say the same.
+
+``configure_tracing``'s provider, with no processor of anyone else's, makes
+:class:`~orchestrator.tracing.direct.DirectSpan` objects that its exporters encode themselves
+(test_span_set.py pins that the trace is the one the SDK's road makes). Checked here: when the
+road is taken and when it is not, the two encoders against each other and against protobuf's
+own decoder, a program's spans nesting under ours, sampling and remote parents, and that every
+span is delivered or counted as dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from opentelemetry import context as otel_context
+from opentelemetry import propagate, trace
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from support.otlp_receiver import OtlpReceiver
+
+from orchestrator import Agent, run_sync, tool
+from orchestrator.models import FunctionModel, response, text, tool_call
+from orchestrator.models.base import ModelRequest, ModelResponse
+from orchestrator.tracing import TracingSetup, configure_tracing, decode_otlp_json
+from orchestrator.tracing.direct import DirectSpan, DirectTracer
+from orchestrator.tracing.otlp_json import encode_direct_json
+from orchestrator.tracing.otlp_proto import encode_direct_proto
+from orchestrator.tracing.spans import get_tracer
+from orchestrator.tracing.tracefiles import load_trace
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> Iterator[TracingSetup]:
+    configured = configure_tracing(run_file=tmp_path / "t.jsonl", set_global=False)
+    yield configured
+    configured.shutdown()
+
+
+def test_a_configured_setups_provider_takes_the_direct_road(setup: TracingSetup) -> None:
+    assert isinstance(get_tracer(setup.tracer_provider), DirectTracer)
+
+
+def test_a_processor_of_the_programs_own_sends_the_run_through_the_sdk(
+    setup: TracingSetup,
+) -> None:
+    own = InMemorySpanExporter()
+    setup.tracer_provider.add_span_processor(SimpleSpanProcessor(own))
+    assert not isinstance(get_tracer(setup.tracer_provider), DirectTracer)
+
+
+def test_a_sampler_other_than_the_default_sends_the_run_through_the_sdk(tmp_path: Path) -> None:
+    provider = TracerProvider(sampler=ALWAYS_OFF)
+    configured = configure_tracing(
+        run_file=tmp_path / "t.jsonl", tracer_provider=provider, set_global=False
+    )
+    try:
+        assert not isinstance(get_tracer(provider), DirectTracer)
+    finally:
+        configured.shutdown()
+
+
+def test_a_console_exporter_sends_the_run_through_the_sdk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")
+    configured = configure_tracing(set_global=False)
+    try:
+        assert not isinstance(get_tracer(configured.tracer_provider), DirectTracer)
+    finally:
+        configured.shutdown(timeout=1)
+
+
+def _spans_with_every_feature(tracer: DirectTracer) -> list[DirectSpan]:
+    remote = SpanContext(
+        0x0AF7651916CD43DD8448EB211C80319C,
+        0xB7AD6B7169203331,
+        is_remote=True,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+        trace_state=trace.TraceState([("vendor", "v1")]),
+    )
+    parent_ctx = trace.set_span_in_context(trace.NonRecordingSpan(remote))
+    root = tracer.start_span("invoke_agent lead ü", context=parent_ctx, kind=SpanKind.SERVER)
+    assert isinstance(root, DirectSpan)
+    root.set_attributes(
+        {
+            "text": "naïve 字",
+            "count": 7,
+            "negative": -3,
+            "ratio": 0.25,
+            "flag": True,
+            "names": ["a", "b"],
+            "numbers": (1, 2, 3),
+        }
+    )
+    root.add_event("orchestrator.retry", {"orchestrator.retry.attempt": 1, "error.type": "X"})
+    root.add_link(remote, {"why": "resumed"})
+    root.set_status(Status(StatusCode.ERROR, "it failed"))
+    child = tracer.start_span("chat m", context=trace.set_span_in_context(root))
+    assert isinstance(child, DirectSpan)
+    child.set_attribute("big", 2**62)
+    child.set_status(StatusCode.OK)
+    child.end()
+    root.end()
+    return [child, root]
+
+
+def test_the_protobuf_and_json_encoders_agree_on_every_field(setup: TracingSetup) -> None:
+    tracer = get_tracer(setup.tracer_provider)
+    assert isinstance(tracer, DirectTracer)
+    spans = _spans_with_every_feature(tracer)
+    from_json = decode_otlp_json(encode_direct_json(spans))
+    from_proto = ExportTraceServiceRequest.FromString(encode_direct_proto(spans))
+    assert from_proto == from_json
+    (child, root) = from_proto.resource_spans[0].scope_spans[0].spans
+    assert root.parent_span_id.hex() == "b7ad6b7169203331"
+    assert root.flags == 0x300  # the parent is remote
+    assert root.trace_state == "vendor=v1"
+    assert child.parent_span_id == root.span_id and child.flags == 0x100
+    assert [e.name for e in root.events] == ["orchestrator.retry"]
+    assert root.links[0].span_id.hex() == "b7ad6b7169203331"
+    assert root.status.code == 2 and root.status.message == "it failed"
+    assert child.status.code == 1
+
+
+def test_a_direct_span_follows_the_sdks_rules_for_attributes_and_status(
+    setup: TracingSetup,
+) -> None:
+    tracer = get_tracer(setup.tracer_provider)
+    span = tracer.start_span("s")
+    assert isinstance(span, DirectSpan)
+    span.set_attribute("mixed", ["a", 1])  # type: ignore[list-item]  # not one type: dropped
+    span.set_attribute("object", object())  # type: ignore[arg-type]
+    span.set_status(StatusCode.OK)
+    span.set_status(Status(StatusCode.ERROR, "too late"))  # OK is final
+    for i in range(200):
+        span.set_attribute(f"a{i}", i)
+    span.end()
+    span.set_attribute("after", 1)  # an ended span takes nothing
+    assert "mixed" not in span.attributes and "object" not in span.attributes
+    assert span.status_code == StatusCode.OK.value and not span.status_message
+    assert len(span.attributes) == 128 and span.dropped_attributes == 72
+    assert not span.is_recording()
+
+
+WORKER = Agent("worker", "You work.", description="Works.")
+
+
+def _answer(request: ModelRequest) -> ModelResponse:
+    if request.agent.depth == 0 and len(request.messages) == 1:
+        return response(tool_call("probe", {}, id="toolu_p"))
+    return response(text("done"))
+
+
+def test_a_tools_own_spans_nest_under_its_execute_tool_span(setup: TracingSetup) -> None:
+    @tool
+    async def probe() -> str:
+        """Make a span of the program's own and annotate ours."""
+        trace.get_current_span().set_attribute("probe.note", "written by the tool")
+        own = trace.get_tracer("the-program", tracer_provider=setup.tracer_provider)
+        with own.start_as_current_span("the tool's own span"):
+            pass
+        return "ok"
+
+    lead = Agent("lead", "You probe.", tools=[probe])
+    result = run_sync(
+        lead, "Probe.", model=FunctionModel(_answer), tracer_provider=setup.tracer_provider
+    )
+    assert result.status.value == "completed"
+    assert setup.force_flush()
+    assert setup.trace_file is not None
+    spans = {s.name: s for s in load_trace(setup.trace_file)}
+    tool_span = spans["execute_tool probe"]
+    assert spans["the tool's own span"].parent_span_id == tool_span.span_id
+    assert spans["the tool's own span"].trace_id == tool_span.trace_id
+    assert tool_span.attributes["probe.note"] == "written by the tool"
+
+
+def test_a_run_under_a_remote_parent_joins_its_trace_and_a_sampled_out_one_records_nothing(
+    setup: TracingSetup,
+) -> None:
+    model = FunctionModel(lambda request: response(text("done")))
+    sampled = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    unsampled = "00-1af7651916cd43dd8448eb211c80319c-c7ad6b7169203331-00"
+    for traceparent in (sampled, unsampled):
+        token = otel_context.attach(propagate.extract({"traceparent": traceparent}))
+        try:
+            run_sync(WORKER, "Go.", model=model, tracer_provider=setup.tracer_provider)
+        finally:
+            otel_context.detach(token)
+    assert setup.force_flush()
+    assert setup.trace_file is not None
+    spans = list(load_trace(setup.trace_file))
+    assert {s.trace_id for s in spans} == {"0af7651916cd43dd8448eb211c80319c"}
+    (root,) = [s for s in spans if s.name.startswith("invoke_agent")]
+    assert root.parent_span_id == "b7ad6b7169203331" and root.parent_remote is True
+
+
+def test_a_full_queue_drops_and_counts_exactly_what_it_could_not_hold(tmp_path: Path) -> None:
+    configured = configure_tracing(
+        run_file=tmp_path / "t.jsonl", set_global=False, max_queue_size=5
+    )
+    tracer = get_tracer(configured.tracer_provider)
+    assert isinstance(tracer, DirectTracer)
+    for i in range(40):  # faster than the export thread's schedule: the queue fills
+        tracer.start_span(f"s{i}").end()
+    assert configured.shutdown()
+    assert configured.trace_file is not None
+    written = len(load_trace(configured.trace_file))
+    assert configured.ended_spans == 40
+    assert configured.dropped_spans == 40 - written and configured.dropped_spans > 0
+    assert configured.exported_spans == written
+
+
+def test_a_lone_surrogate_costs_one_character_not_the_batch(setup: TracingSetup) -> None:
+    tracer = get_tracer(setup.tracer_provider)
+    span = tracer.start_span("broken")
+    span.set_attribute("text", "before \ud800 after")
+    span.end()
+    tracer.start_span("whole").end()
+    assert setup.force_flush()
+    assert setup.trace_file is not None
+    spans = {s.name: s for s in load_trace(setup.trace_file)}
+    assert spans["broken"].attributes["text"] == "before ? after"
+    assert "whole" in spans
+
+
+def test_otlp_receives_direct_and_sdk_spans_of_one_batch_as_one_request(tmp_path: Path) -> None:
+    with OtlpReceiver() as receiver:
+        configured = configure_tracing(
+            endpoint=receiver.http_endpoint,
+            set_global=False,
+            run_file=tmp_path / "k.jsonl",
+            keep_file=True,
+        )
+        tracer = get_tracer(configured.tracer_provider)
+        sdk_tracer = trace.get_tracer("the-program", tracer_provider=configured.tracer_provider)
+        with trace.use_span(tracer.start_span("ours"), end_on_exit=True):
+            sdk_tracer.start_span("theirs").end()
+        assert configured.shutdown()
+        received = receiver.wait_for_spans(2)
+    names = {s.name: s for s in received}
+    assert names["theirs"].parent_span_id == names["ours"].span_id
+    assert len(receiver.requests) == 1
+    assert configured.trace_file is not None
+    assert {s.name for s in load_trace(configured.trace_file)} == {"ours", "theirs"}
