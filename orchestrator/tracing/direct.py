@@ -33,7 +33,7 @@ import time
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from opentelemetry import trace
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
@@ -52,7 +52,7 @@ from opentelemetry.util import types
 
 from ..core.errors import exception_type
 from ..core.messages import well_formed
-from ..core.redact import redact
+from ..core.redact import RUN_SECRETS, redact
 from .spans import _CONTENT_KEYS
 
 if TYPE_CHECKING:
@@ -76,6 +76,44 @@ _EMPTY_STATE: Final = TraceState()
 _PLAIN: Final = (str, bool, int, float)
 
 
+_STATUS_CODES: Final = {code: code.value for code in StatusCode}  # (an enum's .value is slow)
+_OK: Final = StatusCode.OK.value
+_REMEMBERED_TEXT: Final = 256
+_REMEMBERED_LIMIT: Final = 4096
+_memos: dict[int, tuple[tuple[str, ...], dict[str, str]]] = {}
+
+
+def _redaction_memo() -> dict[str, str] | None:
+    """What :func:`redact` made of short texts under the running run's secrets snapshot.
+
+    Most texts of a span are the same few names span after span (agents, models, tools,
+    outcomes, the run id); each is redacted once per snapshot. None outside a run: then
+    :func:`redact` reads the environment each time, and so must we.
+    """
+    secrets = RUN_SECRETS.get()
+    if secrets is None:
+        return None
+    entry = _memos.get(id(secrets))
+    if entry is None or entry[0] is not secrets:  # (holding the snapshot keeps its id unique)
+        if len(_memos) >= 16:
+            _memos.clear()
+        entry = _memos[id(secrets)] = (secrets, {})
+    return entry[1]
+
+
+def _redacted(text: str, memo: dict[str, str] | None) -> str:
+    if memo is None:
+        return redact(text)
+    out = memo.get(text)
+    if out is None:
+        out = redact(text)
+        if len(text) <= _REMEMBERED_TEXT:
+            if len(memo) >= _REMEMBERED_LIMIT:
+                memo.clear()
+            memo[text] = out
+    return out
+
+
 def _new_id(bits: int) -> int:
     value = random.getrandbits(bits)
     while not value:  # zero is the invalid id
@@ -83,28 +121,28 @@ def _new_id(bits: int) -> int:
     return value
 
 
-def _clean(key: object, value: object) -> Any:
+def _clean(key: object, value: object, memo: dict[str, str] | None) -> Any:
     """``value`` as an attribute may hold it (the SDK's rules: a plain value, or a sequence of
     one plain type, None items allowed), texts redacted; None when it may not be kept."""
     if not isinstance(key, str) or not key:
         _logger.warning("invalid span attribute key %r: dropped", key)
         return None
     if isinstance(value, str):
-        return value if key in _CONTENT_KEYS else redact(value)
+        return value if key in _CONTENT_KEYS else _redacted(value, memo)
     if isinstance(value, _PLAIN):
         return value
     if isinstance(value, Sequence) and not isinstance(value, bytes | bytearray):
         kinds = {type(v) for v in value if v is not None}
         if len(kinds) <= 1 and kinds <= {str, bool, int, float}:
-            return tuple(redact(v) if isinstance(v, str) else v for v in value)
+            return tuple(_redacted(v, memo) if isinstance(v, str) else v for v in value)
     _logger.warning("invalid type %s for span attribute %r: dropped", type(value).__name__, key)
     return None
 
 
-def _cleaned(attributes: types.Attributes) -> dict[str, Any]:
+def _cleaned(attributes: types.Attributes, memo: dict[str, str] | None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in (attributes or {}).items():
-        cleaned = _clean(key, value)
+        cleaned = _clean(key, value, memo)
         if cleaned is not None and len(out) < MAX_ATTRIBUTES:
             out[key] = cleaned
     return out
@@ -116,6 +154,7 @@ class DirectSpan(Span):
 
     __slots__ = (
         "_context",
+        "_memo",
         "attributes",
         "dropped_attributes",
         "dropped_events",
@@ -154,6 +193,7 @@ class DirectSpan(Span):
     ) -> None:
         self.tracer = tracer
         self._context: SpanContext | None = None
+        self._memo = _redaction_memo()  # the run's: what a span is given comes from its run
         self.name = name
         self.kind = kind
         self.trace_id = trace_id
@@ -209,27 +249,37 @@ class DirectSpan(Span):
             for key, value in attributes.items():
                 self.set_attribute(key, value)
             return
+        memo = self._memo
         for key, value in attributes.items():
             kind = type(value)
             if kind is str:  # most values: texts (redacted), counts and flags
-                own[key] = value if key in _CONTENT_KEYS else redact(value)  # type: ignore[arg-type]
+                text = cast(str, value)
+                if key in _CONTENT_KEYS:
+                    own[key] = text
+                else:
+                    done = None if memo is None else memo.get(text)
+                    own[key] = _redacted(text, memo) if done is None else done
             elif kind is int or kind is float or kind is bool:
                 own[key] = value
             else:
-                cleaned = _clean(key, value)
+                cleaned = _clean(key, value, memo)
                 if cleaned is not None:
                     own[key] = cleaned
 
     def set_attribute(self, key: str, value: types.AttributeValue) -> None:
         if self.end_time:
             return
-        cleaned = _clean(key, value)
-        if cleaned is None:
-            return
-        if key not in self.attributes and len(self.attributes) >= MAX_ATTRIBUTES:
+        if type(value) is str and type(key) is str and key:  # the common case, inline
+            cleaned: Any = value if key in _CONTENT_KEYS else _redacted(value, self._memo)
+        else:
+            cleaned = _clean(key, value, self._memo)
+            if cleaned is None:
+                return
+        own = self.attributes
+        if key not in own and len(own) >= MAX_ATTRIBUTES:
             self.dropped_attributes += 1
             return
-        self.attributes[key] = cleaned
+        own[key] = cleaned
 
     def add_event(
         self, name: str, attributes: types.Attributes = None, timestamp: int | None = None
@@ -241,7 +291,10 @@ class DirectSpan(Span):
         if len(self.events) >= MAX_EVENTS:
             self.dropped_events += 1
             return
-        self.events.append((redact(name), _cleaned(attributes), timestamp or time.time_ns()))
+        memo = self._memo
+        self.events.append(
+            (_redacted(name, memo), _cleaned(attributes, memo), timestamp or time.time_ns())
+        )
 
     def add_link(self, context: SpanContext, attributes: types.Attributes = None) -> None:
         if self.end_time or context is None or not context.is_valid:
@@ -251,22 +304,23 @@ class DirectSpan(Span):
         if len(self.links) >= MAX_LINKS:
             self.dropped_links += 1
             return
-        self.links.append((context, _cleaned(attributes)))
+        self.links.append((context, _cleaned(attributes, self._memo)))
 
     def update_name(self, name: str) -> None:
         if not self.end_time:
-            self.name = redact(well_formed(name))
+            self.name = _redacted(well_formed(name), self._memo)
 
     def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
         # the SDK's rules: OK is final; a description is kept for ERROR only
-        if self.end_time or self.status_code == StatusCode.OK.value:
+        if self.end_time or self.status_code == _OK:
             return
         if isinstance(status, Status):
             code, message = status.status_code, status.description
         else:
             code, message = status, description
-        self.status_code = code.value
-        self.status_message = redact(message) if message and code is StatusCode.ERROR else ""
+        self.status_code = _STATUS_CODES[code]
+        error = message and code is StatusCode.ERROR
+        self.status_message = _redacted(message, self._memo) if error else ""  # type: ignore[arg-type]
 
     def record_exception(
         self,
@@ -298,6 +352,20 @@ class DirectTracer(trace.Tracer):
         self.resource = resource
         self.scope = scope
         self.encoded: dict[str, Any] = {}  # the encoders' per-tracer prefixes (resource, scope)
+
+    @staticmethod
+    def span_name(name: str) -> str:
+        """``name`` as a span may carry it (well formed, redacted), remembered: a tree's span
+        names are a few (``chat {model}``, ``turn {agent}``, ``execute_tool {tool}``)."""
+        memo = _redaction_memo()
+        done = None if memo is None else memo.get(name)
+        return _redacted(well_formed(name), memo) if done is None else done
+
+    @property
+    def span_processor(self) -> _Dispatch:
+        """Where finished SDK spans are handed, as to an SDK tracer's (the spans of children
+        that ran elsewhere, ended again here: :func:`orchestrator._dask_spans.emit`)."""
+        return self.dispatch
 
     def start_span(
         self,

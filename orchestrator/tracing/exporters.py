@@ -1,10 +1,12 @@
 """The span exporters and processors :func:`~.setup.configure_tracing` gives a tracer provider.
 
-:class:`OtlpJsonLinesExporter` writes trace files. The counting exporter and batch processor
-count what was delivered, failed or dropped (the SDK only logs a full queue), and carry the
-shutdown deadline past which the remaining batches fail at once, so a dead collector cannot
-hold exit; ``_Dispatch`` is the one processor added per provider, as the SDK cannot remove one.
-Imports the SDK, like :mod:`.setup`; the OTLP exporter modules load only when one is built.
+:class:`OtlpJsonLinesExporter` writes trace files. The counting exporter and the batch
+processor (``_SpanPipe``, our own: it takes direct spans too) count what was delivered, failed
+or dropped, and carry the shutdown deadline past which the remaining batches fail at once, so
+a dead collector cannot hold exit; ``_Dispatch`` is the one processor added per provider, as
+the SDK cannot remove one, and decides whether a provider's runs may take the direct road
+(:func:`direct_tracer`). Imports the SDK, like :mod:`.setup`; the OTLP exporter modules load
+only when one is built.
 """
 
 from __future__ import annotations

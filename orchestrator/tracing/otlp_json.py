@@ -17,7 +17,7 @@ import json
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 if TYPE_CHECKING:
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -284,10 +284,50 @@ def _value(value: Any, depth: int = 0) -> dict[str, Any]:
 
 _text: Final = json.encoder.encode_basestring  # C-accelerated: a str as a JSON string
 _CACHED_TEXT: Final = 256
-"""String attributes up to this long have their encoded ``KeyValue`` remembered: most are the
-same few names (operation, provider, model, agent, tool, run id) span after span."""
 _CACHE_LIMIT: Final = 8192
-_string_attributes: dict[tuple[str, str], str] = {}
+
+T = TypeVar("T", str, bytes)
+
+
+class AttributeMemo(Generic[T]):
+    """Encoded attributes remembered by their ``(key, value)`` item, for the direct encoders.
+
+    Most attributes repeat span after span (operation, provider, model, agent, path, tool,
+    run id, outcome, finish reasons, small counts): encoding each once turns an attribute into
+    a dict lookup keyed by the very tuple ``dict.items()`` yields. One table per value type
+    (``True == 1`` as keys; floats, mostly costs, rarely repeat and are not kept); texts longer
+    than 256 characters are not kept; a full table starts over.
+    """
+
+    def __init__(self, encode: Callable[[str, Any], T | None]) -> None:
+        self.tables: dict[type, dict[tuple[str, Any], T]] = {str: {}, int: {}, bool: {}, tuple: {}}
+        self._encode: Callable[[str, Any], T | None] = encode
+
+    def miss(self, item: tuple[str, Any]) -> T | None:
+        """Encode ``item`` (the loops look the tables up themselves) and remember it."""
+        encoded = self._encode(*item)
+        table = self.tables.get(type(item[1]))
+        if encoded is not None and table is not None and len(str(item[1])) <= _CACHED_TEXT:
+            if len(table) >= _CACHE_LIMIT:
+                table.clear()
+            table[item] = encoded
+        return encoded
+
+    def encode_all(self, attributes: Mapping[str, Any]) -> list[T]:
+        """Every attribute of ``attributes`` that can be encoded, in order."""
+        out = []
+        tables = self.tables
+        for item in attributes.items():
+            table = tables.get(type(item[1]))
+            encoded = None if table is None else table.get(item)
+            if encoded is None:
+                encoded = self.miss(item)
+                if encoded is None:
+                    continue
+            out.append(encoded)
+        return out
+
+
 _keys: dict[str, str] = {}
 
 
@@ -340,15 +380,7 @@ def _key(key: str) -> str:
 def _direct_attribute(key: str, value: Any) -> str | None:
     kind = type(value)
     if kind is str:
-        memo = (key, value)
-        encoded = _string_attributes.get(memo)
-        if encoded is None:
-            encoded = f'{{"key":{_key(key)},"value":{{"stringValue":{_text(value)}}}}}'
-            if len(value) <= _CACHED_TEXT:
-                if len(_string_attributes) >= _CACHE_LIMIT:
-                    _string_attributes.clear()
-                _string_attributes[memo] = encoded
-        return encoded
+        return f'{{"key":{_key(key)},"value":{{"stringValue":{_text(value)}}}}}'
     if kind is int and _INT64_MIN <= value < _INT64_END:
         return f'{{"key":{_key(key)},"value":{{"intValue":"{value}"}}}}'
     if kind is float and math.isfinite(value):
@@ -364,8 +396,11 @@ def _direct_attribute(key: str, value: Any) -> str | None:
     return json.dumps(pair, separators=(",", ":"), ensure_ascii=False)
 
 
+_memo: Final = AttributeMemo(_direct_attribute)
+
+
 def _direct_attributes(attributes: Mapping[str, Any]) -> str:
-    encoded = [a for k, v in attributes.items() if (a := _direct_attribute(k, v)) is not None]
+    encoded = _memo.encode_all(attributes)
     return f',"attributes":[{",".join(encoded)}]' if encoded else ""
 
 

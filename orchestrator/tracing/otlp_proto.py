@@ -16,6 +16,8 @@ import struct
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from .otlp_json import AttributeMemo
+
 if TYPE_CHECKING:
     from .direct import DirectSpan, DirectTracer
 
@@ -30,9 +32,8 @@ _SMALL: Final = tuple(bytes((n,)) for n in range(128))
 _INT64_MIN: Final = -(2**63)
 _INT64_END: Final = 2**63
 _MAX_DEPTH: Final = 64
-_CACHED_TEXT: Final = 256
 _CACHE_LIMIT: Final = 8192
-_string_attributes: dict[tuple[str, str], bytes] = {}
+_key_fields: dict[str, bytes] = {}
 
 
 def _varint(n: int) -> bytes:
@@ -90,27 +91,61 @@ def _key_value(key: str, any_value: bytes) -> bytes:
     return (_field(b"\x0a", _utf8(key)) if key else b"") + _field(b"\x12", any_value)
 
 
-def _attribute(tag: bytes, key: str, value: Any) -> bytes:
-    """One attribute as a repeated ``KeyValue`` field ``tag`` of its message."""
-    if type(value) is str:
-        memo = (key, value)
-        encoded = _string_attributes.get(memo)
-        if encoded is None:
-            encoded = _field(b"\x0a", _utf8(key)) + _field(b"\x12", _field(b"\x0a", _utf8(value)))
-            if len(value) <= _CACHED_TEXT:
-                if len(_string_attributes) >= _CACHE_LIMIT:
-                    _string_attributes.clear()
-                _string_attributes[memo] = encoded
-        return _field(tag, encoded)
+def _key_field(key: str) -> bytes:
+    """A ``KeyValue``'s key field, remembered per key (a few dozen names, span after span)."""
+    encoded = _key_fields.get(key)
+    if encoded is None:
+        encoded = _field(b"\x0a", _utf8(key)) if key else b""
+        if len(_key_fields) < _CACHE_LIMIT:
+            _key_fields[key] = encoded
+    return encoded
+
+
+def _key_value_of(key: str, value: Any) -> bytes | None:
+    """A ``KeyValue`` for one attribute; the common kinds without the generic walk."""
+    kind = type(value)
+    if kind is str:
+        return _key_field(key) + _field(b"\x12", _field(b"\x0a", _utf8(value)))
+    if kind is int and 0 <= value < _INT64_END:  # counts: a varint of at most 9 bytes
+        varint = _SMALL[value] if value < 128 else _varint(value)
+        return _key_field(key) + b"\x12" + _SMALL[len(varint) + 1] + b"\x18" + varint
+    if kind is float:
+        return _key_field(key) + b"\x12\x09\x21" + _double(value)
+    if kind is bool:
+        return _key_field(key) + (b"\x12\x02\x10\x01" if value else b"\x12\x02\x10\x00")
     try:
-        return _field(tag, _key_value(key, _any_value(value)))
+        return _key_value(key, _any_value(value))
     except (TypeError, ValueError) as exc:
         _logger.error("cannot encode span attribute %s: %s", key, exc)
-        return b""
+        return None
+
+
+def _span_attribute(key: str, value: Any) -> bytes | None:
+    """A span's attribute field (``Span.attributes`` is field 9), length included."""
+    pair = _key_value_of(key, value)
+    if pair is None:
+        return None
+    n = len(pair)
+    return b"\x4a" + (_SMALL[n] if n < 128 else _varint(n)) + pair
+
+
+_memo: Final = AttributeMemo(_span_attribute)
 
 
 def _attributes(tag: bytes, attributes: Mapping[str, Any]) -> bytes:
-    return b"".join([_attribute(tag, k, v) for k, v in attributes.items()])
+    """Attributes as repeated ``KeyValue`` fields ``tag`` of their message."""
+    out = []
+    for key, value in attributes.items():
+        pair = _key_value_of(key, value)
+        if pair is not None:
+            n = len(pair)
+            out.append(tag + (_SMALL[n] if n < 128 else _varint(n)) + pair)
+    return b"".join(out)
+
+
+def _span_attributes(attributes: Mapping[str, Any]) -> bytes:
+    """A span's attributes, remembered ones by lookup (see :class:`AttributeMemo`)."""
+    return b"".join(_memo.encode_all(attributes))
 
 
 def _trace_state(state: Any) -> str:
@@ -133,7 +168,7 @@ def _span(span: DirectSpan) -> bytes:
     parts.append(b"\x39" + _fixed64(span.start_time))  # 7 start_time_unix_nano
     parts.append(b"\x41" + _fixed64(span.end_time))  # 8 end_time_unix_nano
     if span.attributes:
-        parts.append(_attributes(b"\x4a", span.attributes))  # 9 attributes
+        parts.append(_span_attributes(span.attributes))  # 9 attributes
     if span.dropped_attributes:
         parts.append(b"\x50" + _varint(span.dropped_attributes))  # 10
     for name, attributes, timestamp in span.events or ():  # 11 events

@@ -293,9 +293,10 @@ def span(
         return NO_SPAN
     # a name the model made up may hold a lone surrogate, which fails the encoding of the
     # span's whole export batch (other agents' spans with it), or a secret
+    named = getattr(tracer, "span_name", None)  # the direct road's, which remembers names
     return _LiveSpan(
         tracer,
-        redact(f"{operation} {well_formed(target)}"),
+        named(f"{operation} {target}") if named else redact(f"{operation} {well_formed(target)}"),
         kind,
         attributes,
         records_outcome,
@@ -340,14 +341,14 @@ def record_outcome(s: Span, outcome: str, error: str | None) -> None:
     """
     if not s.is_recording():
         return
-    s.set_attribute("orchestrator.outcome", outcome)
     if outcome in ("completed", "ok"):
-        s.set_status(Status(StatusCode.OK))
+        s.set_attribute("orchestrator.outcome", outcome)
+        s.set_status(StatusCode.OK)  # (a code, not a Status: one object less per span)
     elif outcome == "cancelled":
-        s.set_attribute("orchestrator.cancelled", True)
+        s.set_attributes({"orchestrator.outcome": outcome, "orchestrator.cancelled": True})
     else:
-        s.set_attribute("error.type", outcome)
-        s.set_status(Status(StatusCode.ERROR, redact(error or outcome)[:300]))
+        s.set_attributes({"orchestrator.outcome": outcome, "error.type": outcome})
+        s.set_status(StatusCode.ERROR, redact(error or outcome)[:300])
 
 
 def chat_request_attributes(
@@ -477,7 +478,7 @@ def record_chat_response(s: Span, response: ModelResponse, model_name: str, capt
     """
     if not s.is_recording():
         return
-    s.set_status(Status(StatusCode.OK))
+    s.set_status(StatusCode.OK)
     s.set_attributes(
         {
             "gen_ai.response.model": response.model or model_name,
