@@ -19,6 +19,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
+from opentelemetry.trace import SpanKind
+
 if TYPE_CHECKING:
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
@@ -329,6 +331,7 @@ class AttributeMemo(Generic[T]):
 
 
 _keys: dict[str, str] = {}
+_KINDS: Final = {kind: kind.value + 1 for kind in SpanKind}  # ours INTERNAL=0.., OTLP's 1..
 
 
 def encode_direct_json(spans: Sequence[DirectSpan]) -> str:
@@ -404,24 +407,53 @@ def _direct_attributes(attributes: Mapping[str, Any]) -> str:
     return f',"attributes":[{",".join(encoded)}]' if encoded else ""
 
 
+_names: dict[str, str] = {}
+
+
+def _status_tail(code: int, remote: bool) -> str:
+    status = f'"code":{code}' if code else ""
+    flags = _FLAGS_HAS_IS_REMOTE | (_FLAGS_IS_REMOTE if remote else 0)
+    return f',"status":{{{status}}},"flags":{flags}}}'
+
+
+_STATUS_TAIL: Final = {(c, r): _status_tail(c, r) for c in (0, 1, 2) for r in (False, True)}
+"""A span's closing fields when its status has no message (most spans)."""
+
+
 def _direct_span(span: DirectSpan) -> str:
     # the keys and defaults of _span(), in its order
-    parts = [f'{{"traceId":"{span.trace_id:032x}","spanId":"{span.span_id:016x}"']
+    name = _names.get(span.name)
+    if name is None:
+        name = f',"name":{_text(span.name)}' if span.name else ""
+        if len(_names) < _CACHE_LIMIT:
+            _names[span.name] = name
+    parent = f',"parentSpanId":"{span.parent_id:016x}"' if span.parent_id else ""
     if span.trace_state:
         state = ",".join(f"{k}={v}" for k, v in span.trace_state.items())
-        parts.append(f',"traceState":{_text(state)}')
-    if span.parent_id:
-        parts.append(f',"parentSpanId":"{span.parent_id:016x}"')
-    if span.name:
-        parts.append(f',"name":{_text(span.name)}')
-    parts.append(
-        f',"kind":{span.kind.value + 1},"startTimeUnixNano":"{span.start_time}"'
+        parent = f',"traceState":{_text(state)}{parent}'
+    out = (
+        f'{{"traceId":"{_trace_hex(span.trace_id)}","spanId":"{span.span_id:016x}"{parent}{name}'
+        f',"kind":{_KINDS[span.kind]},"startTimeUnixNano":"{span.start_time}"'
         f',"endTimeUnixNano":"{span.end_time}"'
     )
     if span.attributes:
-        parts.append(_direct_attributes(span.attributes))
+        out += _direct_attributes(span.attributes)
+    if span.events or span.links or span.dropped_attributes:
+        out += _direct_extras(span)
+    if span.status_message:
+        status = f'"message":{_text(span.status_message)}'
+        if span.status_code:
+            status += f',"code":{span.status_code}'
+        flags = _FLAGS_HAS_IS_REMOTE | (_FLAGS_IS_REMOTE if span.parent_remote else 0)
+        return f'{out},"status":{{{status}}},"flags":{flags}}}'
+    return out + _STATUS_TAIL[span.status_code, span.parent_remote]
+
+
+def _direct_extras(span: DirectSpan) -> str:
+    """The fields few spans have: dropped counts, events, links."""
+    out = ""
     if span.dropped_attributes:
-        parts.append(f',"droppedAttributesCount":{span.dropped_attributes}')
+        out += f',"droppedAttributesCount":{span.dropped_attributes}'
     if span.events:
         events = []
         for name, attributes, timestamp in span.events:
@@ -429,23 +461,28 @@ def _direct_span(span: DirectSpan) -> str:
             if name:
                 event += f',"name":{_text(name)}'
             events.append(f"{event}{_direct_attributes(attributes)}}}")
-        parts.append(f',"events":[{",".join(events)}]')
+        out += f',"events":[{",".join(events)}]'
     if span.dropped_events:
-        parts.append(f',"droppedEventsCount":{span.dropped_events}')
+        out += f',"droppedEventsCount":{span.dropped_events}'
     if span.links:
         links = [
             f'{{"traceId":"{context.trace_id:032x}","spanId":"{context.span_id:016x}"'
             f'{_direct_attributes(attributes)},"flags":{_flags(context)}}}'
             for context, attributes in span.links
         ]
-        parts.append(f',"links":[{",".join(links)}]')
+        out += f',"links":[{",".join(links)}]'
     if span.dropped_links:
-        parts.append(f',"droppedLinksCount":{span.dropped_links}')
-    status = []
-    if span.status_message:
-        status.append(f'"message":{_text(span.status_message)}')
-    if span.status_code:
-        status.append(f'"code":{span.status_code}')
-    flags = _FLAGS_HAS_IS_REMOTE | _FLAGS_IS_REMOTE if span.parent_remote else _FLAGS_HAS_IS_REMOTE
-    parts.append(f',"status":{{{",".join(status)}}},"flags":{flags}}}')
-    return "".join(parts)
+        out += f',"droppedLinksCount":{span.dropped_links}'
+    return out
+
+
+_last_trace: tuple[int, str] = (0, "")
+
+
+def _trace_hex(trace_id: int) -> str:
+    """A trace id in hex, the last one remembered (a batch is mostly one trace)."""
+    global _last_trace
+    last = _last_trace  # one tuple, read and replaced whole: safe across export threads
+    if last[0] != trace_id:
+        last = _last_trace = (trace_id, f"{trace_id:032x}")
+    return last[1]

@@ -16,6 +16,8 @@ import struct
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from opentelemetry.trace import SpanKind
+
 from .otlp_json import AttributeMemo
 
 if TYPE_CHECKING:
@@ -152,49 +154,76 @@ def _trace_state(state: Any) -> str:
     return ",".join(f"{k}={v}" for k, v in state.items())
 
 
+_names: dict[str, bytes] = {}
+_KINDS: Final = {kind: b"\x30" + _SMALL[kind.value + 1] for kind in SpanKind}  # 6 kind, OTLP's
+_times: Final = struct.Struct("<BQBQ").pack  # 7 start and 8 end (fixed64), tags included
+_STATUS_TAIL: Final = {
+    (code, remote): _field(b"\x7a", b"\x18" + _SMALL[code] if code else b"")  # 15 status
+    + b"\x85\x01"  # 16 flags (fixed32): has-is-remote, is-remote
+    + _fixed32(0x300 if remote else 0x100)
+    for code in (0, 1, 2)
+    for remote in (False, True)
+}
+"""A span's closing fields when its status has no message (most spans)."""
+_last_trace: tuple[int, bytes] = (0, b"")
+
+
+def _trace_field(trace_id: int) -> bytes:
+    """Field 1, the trace id, the last one remembered (a batch is mostly one trace)."""
+    global _last_trace
+    last = _last_trace  # one tuple, read and replaced whole: safe across export threads
+    if last[0] != trace_id:
+        last = _last_trace = (trace_id, b"\x0a\x10" + trace_id.to_bytes(16, "big"))
+    return last[1]
+
+
 def _span(span: DirectSpan) -> bytes:
     """A ``Span`` message, fields in number order."""
-    parts = [
-        b"\x0a\x10" + span.trace_id.to_bytes(16, "big"),  # 1 trace_id
-        b"\x12\x08" + span.span_id.to_bytes(8, "big"),  # 2 span_id
-    ]
+    name = _names.get(span.name)
+    if name is None:
+        name = _field(b"\x2a", _utf8(span.name)) if span.name else b""  # 5 name
+        if len(_names) < _CACHE_LIMIT:
+            _names[span.name] = name
+    out = _trace_field(span.trace_id) + b"\x12\x08" + span.span_id.to_bytes(8, "big")  # 1, 2
     if span.trace_state:
-        parts.append(_field(b"\x1a", _utf8(_trace_state(span.trace_state))))  # 3
+        out += _field(b"\x1a", _utf8(_trace_state(span.trace_state)))  # 3
     if span.parent_id:
-        parts.append(b"\x22\x08" + span.parent_id.to_bytes(8, "big"))  # 4 parent_span_id
-    if span.name:
-        parts.append(_field(b"\x2a", _utf8(span.name)))  # 5 name
-    parts.append(b"\x30" + _SMALL[span.kind.value + 1])  # 6 kind (OTLP's, one past ours)
-    parts.append(b"\x39" + _fixed64(span.start_time))  # 7 start_time_unix_nano
-    parts.append(b"\x41" + _fixed64(span.end_time))  # 8 end_time_unix_nano
+        out += b"\x22\x08" + span.parent_id.to_bytes(8, "big")  # 4 parent_span_id
+    out += name + _KINDS[span.kind] + _times(0x39, span.start_time, 0x41, span.end_time)
     if span.attributes:
-        parts.append(_span_attributes(span.attributes))  # 9 attributes
+        out += _span_attributes(span.attributes)  # 9 attributes
+    if span.events or span.links or span.dropped_attributes:
+        out += _extras(span)
+    if span.status_message:
+        status = _field(b"\x12", _utf8(span.status_message))  # 2 message
+        if span.status_code:
+            status += b"\x18" + _SMALL[span.status_code]  # 3 code
+        flags = 0x300 if span.parent_remote else 0x100
+        return out + _field(b"\x7a", status) + b"\x85\x01" + _fixed32(flags)
+    return out + _STATUS_TAIL[span.status_code, span.parent_remote]
+
+
+def _extras(span: DirectSpan) -> bytes:
+    """The fields few spans have: dropped counts (10, 12, 14), events (11), links (13)."""
+    out = b""
     if span.dropped_attributes:
-        parts.append(b"\x50" + _varint(span.dropped_attributes))  # 10
-    for name, attributes, timestamp in span.events or ():  # 11 events
+        out += b"\x50" + _varint(span.dropped_attributes)
+    for name, attributes, timestamp in span.events or ():
         event = b"\x09" + _fixed64(timestamp)
         if name:
             event += _field(b"\x12", _utf8(name))
-        parts.append(_field(b"\x5a", event + _attributes(b"\x1a", attributes)))
+        out += _field(b"\x5a", event + _attributes(b"\x1a", attributes))
     if span.dropped_events:
-        parts.append(b"\x60" + _varint(span.dropped_events))  # 12
-    for context, attributes in span.links or ():  # 13 links (no trace state, as the SDK's)
+        out += b"\x60" + _varint(span.dropped_events)
+    for context, attributes in span.links or ():  # no trace state, as the SDK's
         link = b"\x0a\x10" + context.trace_id.to_bytes(16, "big")
         link += b"\x12\x08" + context.span_id.to_bytes(8, "big")
         link += _attributes(b"\x22", attributes)
         link += b"\x35" + _fixed32(0x300 if context.is_remote else 0x100)  # 6 flags
-        parts.append(_field(b"\x6a", link))
+        out += _field(b"\x6a", link)
     if span.dropped_links:
-        parts.append(b"\x70" + _varint(span.dropped_links))  # 14
-    status = b""
-    if span.status_message:
-        status += _field(b"\x12", _utf8(span.status_message))  # 2 message
-    if span.status_code:
-        status += b"\x18" + _SMALL[span.status_code]  # 3 code
-    parts.append(_field(b"\x7a", status))  # 15 status
-    flags = 0x300 if span.parent_remote else 0x100  # has-is-remote, is-remote
-    parts.append(b"\x85\x01" + _fixed32(flags))  # 16 flags (fixed32)
-    return b"".join(parts)
+        out += b"\x70" + _varint(span.dropped_links)
+    return out
 
 
 def _prefix(tracer: DirectTracer) -> tuple[bytes, bytes]:
