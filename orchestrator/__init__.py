@@ -7,45 +7,49 @@ its final answer. Every turn is a span, so a whole tree is one trace.
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
 
-from .core.agent import Agent as Agent
-from .core.compaction import ContextPolicy as ContextPolicy
-from .core.errors import ConfigurationError as ConfigurationError
-from .core.errors import ContextWindowExceeded as ContextWindowExceeded
-from .core.errors import ModelError as ModelError
-from .core.errors import OrchestratorError as OrchestratorError
-from .core.errors import RunFailedError as RunFailedError
-from .core.errors import ToolError as ToolError
-from .core.journal import Journal as Journal
-from .core.journal import NullJournal as NullJournal
-from .core.limits import DEFAULT_LIMITS as DEFAULT_LIMITS
-from .core.limits import Limits as Limits
-from .core.messages import Message as Message
-from .core.messages import TextBlock as TextBlock
-from .core.messages import ThinkingBlock as ThinkingBlock
-from .core.messages import ToolResultBlock as ToolResultBlock
-from .core.messages import ToolUseBlock as ToolUseBlock
-from .core.messages import Usage as Usage
-from .core.policy import PendingCall as PendingCall
-from .core.policy import Policy as Policy
-from .core.result import RunResult as RunResult
-from .core.result import RunStatus as RunStatus
-from .core.resume import resume as resume
-from .core.resume import resume_sync as resume_sync
-from .core.run import RunHandle as RunHandle
-from .core.run import open_run as open_run
-from .core.run import run as run
-from .core.run import run_sync as run_sync
-from .core.runner import BudgetLease as BudgetLease
-from .core.runner import ChildOutcome as ChildOutcome
-from .core.runner import ChildRunner as ChildRunner
-from .core.runner import ChildSpec as ChildSpec
-from .core.runner import InProcessRunner as InProcessRunner
-from .core.runner import ParentSide as ParentSide
-from .core.tools import Tool as Tool
-from .core.tools import ToolContext as ToolContext
-from .core.tools import tool as tool
+if TYPE_CHECKING:
+    from .core.agent import Agent as Agent
+    from .core.compaction import ContextPolicy as ContextPolicy
+    from .core.errors import ConfigurationError as ConfigurationError
+    from .core.errors import ContextWindowExceeded as ContextWindowExceeded
+    from .core.errors import ModelError as ModelError
+    from .core.errors import OrchestratorError as OrchestratorError
+    from .core.errors import RunFailedError as RunFailedError
+    from .core.errors import ToolError as ToolError
+    from .core.journal import Journal as Journal
+    from .core.journal import NullJournal as NullJournal
+    from .core.limits import DEFAULT_LIMITS as DEFAULT_LIMITS
+    from .core.limits import Limits as Limits
+    from .core.messages import Message as Message
+    from .core.messages import TextBlock as TextBlock
+    from .core.messages import ThinkingBlock as ThinkingBlock
+    from .core.messages import ToolResultBlock as ToolResultBlock
+    from .core.messages import ToolUseBlock as ToolUseBlock
+    from .core.messages import Usage as Usage
+    from .core.policy import PendingCall as PendingCall
+    from .core.policy import Policy as Policy
+    from .core.result import RunResult as RunResult
+    from .core.result import RunStatus as RunStatus
+    from .core.resume import resume as resume
+    from .core.resume import resume_sync as resume_sync
+    from .core.run import RunHandle as RunHandle
+    from .core.run import open_run as open_run
+    from .core.run import run as run
+    from .core.run import run_sync as run_sync
+    from .core.runner import BudgetLease as BudgetLease
+    from .core.runner import ChildOutcome as ChildOutcome
+    from .core.runner import ChildRunner as ChildRunner
+    from .core.runner import ChildSpec as ChildSpec
+    from .core.runner import InProcessRunner as InProcessRunner
+    from .core.runner import ParentSide as ParentSide
+    from .core.tools import Tool as Tool
+    from .core.tools import ToolContext as ToolContext
+    from .core.tools import tool as tool
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -87,3 +91,61 @@ __all__ = [
     "run_sync",
     "tool",
 ]
+
+# The names load their modules (trio and the whole runtime) on first use, not at ``import
+# orchestrator``: every ``orchestrator`` command runs this file first (the command line is a
+# subpackage), and ``--help`` or ``trace list`` need none of the runtime.
+_LAZY: dict[str, str] = {
+    "Agent": "orchestrator.core.agent",
+    "ContextPolicy": "orchestrator.core.compaction",
+    "ConfigurationError": "orchestrator.core.errors",
+    "ContextWindowExceeded": "orchestrator.core.errors",
+    "ModelError": "orchestrator.core.errors",
+    "OrchestratorError": "orchestrator.core.errors",
+    "RunFailedError": "orchestrator.core.errors",
+    "ToolError": "orchestrator.core.errors",
+    "Journal": "orchestrator.core.journal",
+    "NullJournal": "orchestrator.core.journal",
+    "DEFAULT_LIMITS": "orchestrator.core.limits",
+    "Limits": "orchestrator.core.limits",
+    "Message": "orchestrator.core.messages",
+    "TextBlock": "orchestrator.core.messages",
+    "ThinkingBlock": "orchestrator.core.messages",
+    "ToolResultBlock": "orchestrator.core.messages",
+    "ToolUseBlock": "orchestrator.core.messages",
+    "Usage": "orchestrator.core.messages",
+    "PendingCall": "orchestrator.core.policy",
+    "Policy": "orchestrator.core.policy",
+    "RunResult": "orchestrator.core.result",
+    "RunStatus": "orchestrator.core.result",
+    "resume": "orchestrator.core.resume",
+    "resume_sync": "orchestrator.core.resume",
+    "RunHandle": "orchestrator.core.run",
+    "open_run": "orchestrator.core.run",
+    "run": "orchestrator.core.run",
+    "run_sync": "orchestrator.core.run",
+    "BudgetLease": "orchestrator.core.runner",
+    "ChildOutcome": "orchestrator.core.runner",
+    "ChildRunner": "orchestrator.core.runner",
+    "ChildSpec": "orchestrator.core.runner",
+    "InProcessRunner": "orchestrator.core.runner",
+    "ParentSide": "orchestrator.core.runner",
+    "Tool": "orchestrator.core.tools",
+    "ToolContext": "orchestrator.core.tools",
+    "tool": "orchestrator.core.tools",
+}
+
+
+if not TYPE_CHECKING:  # type checkers see the imports above (and flag a misspelled name)
+
+    def __getattr__(name: str) -> Any:
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
+        return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

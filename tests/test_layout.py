@@ -195,8 +195,12 @@ def loaded_after(statement: str) -> list[str]:
     return modules
 
 
+# Every public name of the package, loaded (``import orchestrator`` alone loads none of them).
+ALL_NAMES = "from orchestrator import *"
+
+
 def test_importing_the_library_loads_no_sdk_no_provider_and_no_terminal_toolkit() -> None:
-    modules = loaded_after("import orchestrator, orchestrator.models, orchestrator.tracing")
+    modules = loaded_after(f"{ALL_NAMES}\nimport orchestrator.models, orchestrator.tracing")
     assert "orchestrator.core.run" in modules  # the check would pass vacuously otherwise
     heavy = [m for m in modules if any(within(m, h) for h in HEAVY)]
     assert heavy == []
@@ -231,7 +235,50 @@ def test_mcp_servers_load_the_mcp_sdk_only_when_a_run_connects_one() -> None:
 
 
 def test_naming_a_model_by_string_loads_its_adapter_only_then() -> None:
-    before = loaded_after("import orchestrator")
+    before = loaded_after(ALL_NAMES)
     after = loaded_after("from orchestrator.models import resolve_model; resolve_model('offline')")
     assert "orchestrator.research.offline" not in before
     assert "orchestrator.research.offline" in after
+
+
+def test_importing_the_package_loads_no_runtime_until_a_name_is_used() -> None:
+    # The command line is a subpackage, so every ``orchestrator`` command runs the package's
+    # __init__ first: the runtime's names load on first use (a module __getattr__).
+    modules = loaded_after("import orchestrator")
+    assert [m for m in modules if within(m, "orchestrator")] == ["orchestrator"]
+    assert not [m for m in modules if m.split(".")[0] in CORE_THIRD_PARTY]
+    assert "orchestrator.core.run" in loaded_after("from orchestrator import run")
+
+
+def test_the_command_lines_help_loads_no_runtime() -> None:
+    modules = loaded_after(
+        "import contextlib, io\nfrom orchestrator.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "    main(['run', '--help'])"
+    )
+    assert "orchestrator.cli.main" in modules
+    assert not [m for m in modules if m.split(".")[0] in CORE_THIRD_PARTY]
+    core = {m for m in modules if within(m, "orchestrator.core")}
+    assert core <= {"orchestrator.core"} | {f"orchestrator.core.{m}" for m in LIGHT_CORE}
+
+
+# What the exit codes (core.result) and the terminal helpers of ``cli/main.py`` build on.
+LIGHT_CORE = ("result", "errors", "messages", "records", "redact", "terminal")
+
+
+def test_the_runtime_defers_what_only_some_runs_need() -> None:
+    # sqlite3: a journal (a run given one, resume); opentelemetry.propagate (which reads its
+    # entry points on import): a traced spawn; difflib: a misspelled policy rule's hint.
+    deferred = ("sqlite3", "opentelemetry.propagate", "difflib")
+    modules = loaded_after(ALL_NAMES)
+    assert "orchestrator.core.run" in modules
+    assert [m for m in modules if any(within(m, d) for d in deferred)] == []
+    # and a run without a journal or a tracer loads none of them, nor the journal's modules
+    modules = loaded_after(
+        "from orchestrator import Agent, run_sync\n"
+        "from orchestrator.testing import ScriptedModel, text\n"
+        "result = run_sync(Agent('a', 'x', model=ScriptedModel([text('done')])), 'hi')\n"
+        "assert result.status == 'completed', result"
+    )
+    deferred += ("orchestrator.core.journal_sqlite", "orchestrator.core.resume")
+    assert [m for m in modules if any(within(m, d) for d in deferred)] == []

@@ -136,10 +136,28 @@ def test_every_exported_name_resolves(module: str) -> None:
 
 def test_the_top_level_reexports_with_explicit_aliases() -> None:
     # ``from .core.agent import Agent as Agent``: type checkers treat the name as re-exported
+    # (they sit under ``if TYPE_CHECKING:``: at run time a module __getattr__ loads them)
     tree = ast.parse((PACKAGE / "__init__.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and node.module != "__future__":
+    found = 0
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level:  # the package's own names
+            found += 1
             assert all(alias.asname == alias.name for alias in node.names), ast.unparse(node)
+    assert found
+
+
+def test_the_top_level_names_type_checkers_see_are_the_ones_loaded_on_first_use() -> None:
+    import orchestrator
+
+    tree = ast.parse((PACKAGE / "__init__.py").read_text())
+    seen = {
+        (f"orchestrator.{node.module}", alias.name)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.level == 1
+        for alias in node.names
+    }
+    assert seen == {(module, name) for name, module in orchestrator._LAZY.items()}
+    assert sorted(orchestrator._LAZY) == sorted(set(orchestrator.__all__) - {"__version__"})
 
 
 @pytest.mark.parametrize("module", sorted(OLD_PATHS))

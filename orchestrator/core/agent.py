@@ -8,7 +8,6 @@ name before the first model call, so a typo fails fast instead of deep inside a 
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypedDict, Unpack
@@ -372,6 +371,8 @@ def _check_rules(policy: Policy, tools: set[str], whose: str, holders: str) -> N
         if rule == SPAWN_TOOL:
             hint = "only an agent with subagents holds it"
         else:
+            import difflib  # only for this error's hint
+
             close = difflib.get_close_matches(rule, sorted(tools), n=1, cutoff=0.6)
             if not close:  # "DeleteAll" for "delete_all": compare letters and digits only
                 close = [t for t in sorted(tools) if _fold(t) == _fold(rule)][:1]

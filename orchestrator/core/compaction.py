@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from .errors import ConfigurationError
 from .limits import text_units
 from .messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, canonical_json
-from .records import quick_init
+from .records import record
 
 __all__ = ["CLEARED_PREFIX", "ContextPolicy", "ResultClearing", "TurnContext"]
 
@@ -96,8 +96,7 @@ def _check_count(what: str, value: object) -> None:
         raise ConfigurationError(f"{what} must be >= 1, got {value!r}")
 
 
-@quick_init
-@dataclass(frozen=True, slots=True)
+@record
 class TurnContext:
     """What one turn sent: the input size, what was cleared or compacted, the cache reads.
 

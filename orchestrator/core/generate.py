@@ -10,7 +10,6 @@ shortening, the summary request) are :mod:`.compaction`'s, which sits below the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -29,7 +28,7 @@ from .errors import ContextWindowExceeded, ModelError, exception_type
 from .events import ModelTextDelta, ModelToolCallStarted
 from .limits import BudgetExceeded, PricingFailed
 from .messages import Message, Usage, clamp_usage, text_of
-from .records import quick_init
+from .records import record
 from .redact import redact
 from .result import RunStatus
 from .state import AgentNode, RunState, _LoopState
@@ -41,8 +40,7 @@ _SUMMARY_STOPS = frozenset({"end_turn", "stop_sequence", "tool_use", "max_tokens
 """Stop reasons whose text may stand as a checkpoint summary (the loop's ``_DONE`` and two more)."""
 
 
-@quick_init
-@dataclass(frozen=True, slots=True)
+@record
 class Ended:
     """A step's result when the agent ends: its status and why (or its answer)."""
 

@@ -27,12 +27,11 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import sqlite3
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry.trace import SpanContext, TraceFlags
 
@@ -40,6 +39,9 @@ from ..models.base import ModelResponse
 from .errors import ConfigurationError
 from .journal import RecordedCall
 from .messages import ToolResultBlock, Usage, block_from_wire, to_wire
+
+if TYPE_CHECKING:  # loaded by the functions that open a journal: a run without one never needs it
+    import sqlite3
 
 __all__ = ["JournalHeader", "SQLiteJournal", "read_header"]
 
@@ -91,6 +93,8 @@ _HEADER_FLOAT = ("started_at", "ended_at")
 
 
 def _connect(path: Path) -> sqlite3.Connection:
+    import sqlite3
+
     connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     connection.execute("PRAGMA journal_mode=WAL")
     connection.execute("PRAGMA synchronous=NORMAL")
@@ -98,6 +102,8 @@ def _connect(path: Path) -> sqlite3.Connection:
 
 
 def _header_of(connection: sqlite3.Connection, path: Path) -> JournalHeader:
+    import sqlite3
+
     try:
         rows = dict(connection.execute("SELECT key, value FROM header").fetchall())
     except sqlite3.DatabaseError as exc:
@@ -131,6 +137,8 @@ def read_header(path: str | os.PathLike[str]) -> JournalHeader:
     where = Path(path)
     if not where.is_file():
         raise ConfigurationError(f"no journal at {where}")
+    import sqlite3
+
     connection = sqlite3.connect(f"file:{where}?mode=ro", uri=True)
     try:
         return _header_of(connection, where)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import operator
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -38,7 +37,7 @@ from .generate import (
 )
 from .limits import fixed_units
 from .messages import Message, ToolResultBlock, ToolUseBlock, text_of
-from .records import quick_init
+from .records import record
 from .result import RunStatus
 from .state import AgentNode, RunState, _LoopState, tool_specs
 
@@ -143,16 +142,14 @@ async def run_agent(node: AgentNode, run: RunState) -> None:
                 )
 
 
-@quick_init
-@dataclass(frozen=True, slots=True)
+@record
 class ToolCalls:
     """PARSE's result when the reply asks for tools: the calls EXECUTE runs."""
 
     calls: list[ToolUseBlock]
 
 
-@quick_init
-@dataclass(frozen=True, slots=True)
+@record
 class AskAgain:
     """PARSE's result when the reply asks for another model call and no tools: in the same
     turn with a larger output cap (``max_tokens``: a tool call was cut), after compacting

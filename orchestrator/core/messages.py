@@ -16,10 +16,10 @@ import logging
 import math
 import numbers
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, ClassVar, Final, Literal, TypeAlias
 
-from .records import quick_init
+from .records import record
 
 __all__ = [
     "MAX_CALL_COST_USD",
@@ -56,8 +56,7 @@ refuses the value instead of walking it: JSON writers, ``repr``, copies and comp
 once per level, and Python's stack holds about 1,000 levels, fewer in a deep agent tree."""
 
 
-@quick_init
-@dataclass(frozen=True, slots=True)
+@record
 class TextBlock:
     """Plain text from the user or the model."""
 
@@ -65,8 +64,7 @@ class TextBlock:
     type: ClassVar[str] = "text"
 
 
-@quick_init
-@dataclass(frozen=True, slots=True)
+@record
 class ThinkingBlock:
     """Extended thinking; sent back unchanged (with its signature) as the API requires."""
 
@@ -75,8 +73,7 @@ class ThinkingBlock:
     type: ClassVar[str] = "thinking"
 
 
-@quick_init
-@dataclass(frozen=True, slots=True)
+@record
 class RedactedThinkingBlock:
     """Thinking the provider encrypted; kept opaque and sent back unchanged."""
 
@@ -84,8 +81,7 @@ class RedactedThinkingBlock:
     type: ClassVar[str] = "redacted_thinking"
 
 
-@quick_init
-@dataclass(frozen=True, slots=True)
+@record
 class ToolUseBlock:
     """The model asks for one tool call."""
 
@@ -113,8 +109,7 @@ class RefusedInput(dict[str, Any]):
         )
 
 
-@quick_init
-@dataclass(frozen=True, slots=True)
+@record
 class ToolResultBlock:
     """The answer to one :class:`ToolUseBlock`, always in the next user message.
 
@@ -138,8 +133,7 @@ BLOCK_TYPES = (TextBlock, ThinkingBlock, RedactedThinkingBlock, ToolUseBlock, To
 """The classes of :data:`Block`, for ``isinstance`` checks."""
 
 
-@quick_init
-@dataclass(frozen=True, slots=True)
+@record
 class Message:
     """One transcript entry: a role and its content blocks."""
 
@@ -167,8 +161,7 @@ class Message:
         return text_of(self.content)
 
 
-@quick_init
-@dataclass(frozen=True, slots=True)
+@record
 class Usage:
     """Tokens and cost of one call, an agent or a subtree.
 

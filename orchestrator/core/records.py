@@ -7,14 +7,16 @@ about twice as fast (``Usage``: 1.68 → 0.81 µs, ``ModelRequest``: 1.20 → 0.
 when a 1,000-agent fan-out builds ~10 of them per model call. :func:`quick_init` writes that
 ``__init__`` the way :mod:`dataclasses` writes its own (generated source), and leaves everything
 else to the dataclass: frozenness, equality, hashing, ``repr``, ``replace``, pickling.
+:func:`record` declares such a class in one decorator, and asks :mod:`dataclasses` for no
+``__init__`` of its own (generating one only to replace it costs ~0.15 ms per class at import).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, TypeVar
+from typing import Any, TypeVar, dataclass_transform
 
-__all__ = ["quick_init"]
+__all__ = ["quick_init", "record"]
 
 T = TypeVar("T")
 
@@ -57,3 +59,10 @@ def quick_init(cls: type[T]) -> type[T]:
     init.__module__ = cls.__module__
     setattr(cls, "__init__", init)  # noqa: B010 - replacing a method on purpose
     return cls
+
+
+@dataclass_transform(frozen_default=True, field_specifiers=(dataclasses.field, dataclasses.Field))
+def record(cls: type[T]) -> type[T]:
+    """``@quick_init`` over ``@dataclass(frozen=True, slots=True)``: type checkers see that
+    dataclass (its ``__init__`` included), and only :func:`quick_init` writes the ``__init__``."""
+    return quick_init(dataclasses.dataclass(frozen=True, slots=True, init=False)(cls))

@@ -5,11 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .compaction import TurnContext
 from .errors import RunFailedError
 from .messages import Message, Usage, message_to_wire
+
+if TYPE_CHECKING:  # only an annotation here; compaction loads trio (via limits), which the
+    # command line's exit codes (``cli/main.py``) must not pay for on ``--help``
+    from .compaction import TurnContext
 
 __all__ = ["RunResult", "RunStatus"]
 

@@ -38,14 +38,12 @@ from .compaction import ContextPolicy
 from .errors import ConfigurationError
 from .events import Event, EventSink
 from .journal import Journal, NullJournal
-from .journal_sqlite import SQLiteJournal
 from .limits import Limits
 from .loop import run_agent
 from .messages import Message, is_blank, transcript_problem, well_formed
 from .policy import Policy
 from .redact import RUN_SECRETS, redact, secret_values
 from .result import RunResult, RunStatus
-from .resume import open_journal
 from .runner import ChildRunner
 from .spawn import make_root
 from .state import AgentNode, RunState
@@ -351,12 +349,18 @@ def _prepare(
         runner=runner,
     )
     state.models = tree.models()  # once per agent, before any call
+    # The SQLite journal's modules (and sqlite3) load here, for a run that keeps a journal only.
     if isinstance(journal, str | os.PathLike):  # a new journal file, closed when the run ends
+        from .resume import open_journal
+
         state.journal = state.owned_journal = open_journal(
             journal, agent, prompt, state.run_id, model, limits
         )
-    if isinstance(state.journal, SQLiteJournal) and state.journal.resuming:
-        state.resumed_from = state.journal.resumed_from()
+    if state.journal is not None:
+        from .journal_sqlite import SQLiteJournal
+
+        if isinstance(state.journal, SQLiteJournal) and state.journal.resuming:
+            state.resumed_from = state.journal.resumed_from()
     root = make_root(state, agent, prompt, messages)
     return state, root
 

@@ -17,16 +17,15 @@ import functools
 import math
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import trio
-from opentelemetry import propagate, trace
+from opentelemetry import trace
 
 from ..tracing import spans
 from .limits import Limits
 from .messages import Usage
-from .records import quick_init
+from .records import record
 from .result import RunStatus
 from .spawn import build_child, plan_child, summarize
 
@@ -45,8 +44,7 @@ __all__ = [
 ]
 
 
-@quick_init
-@dataclass(frozen=True, slots=True)
+@record
 class BudgetLease:
     """What a child may spend: the room left of the parent's budgets when it was spawned
     (``inf`` where there is no budget). A runner elsewhere holds its child to it; the parent
@@ -56,8 +54,7 @@ class BudgetLease:
     cost_usd: float = math.inf
 
 
-@quick_init
-@dataclass(frozen=True, slots=True)
+@record
 class ChildSpec:
     """One child to run, as plain data (it pickles: a runner may send it anywhere).
 
@@ -86,8 +83,7 @@ class ChildSpec:
     position: int = 0
 
 
-@quick_init
-@dataclass(frozen=True, slots=True)
+@record
 class ChildOutcome:
     """How a child ended, for its parent: its status, answer (or reason), usage and a summary
     of what it had done (shown to the parent's model when it did not complete)."""
@@ -151,6 +147,9 @@ class ParentSide:
         left = node.deadline - trio.current_time()
         context: tuple[tuple[str, str], ...] = ()
         if run.tracer is not None and self.span.is_recording():
+            # here, not on top: opentelemetry.propagate reads its entry points when imported
+            from opentelemetry import propagate
+
             carrier: dict[str, str] = {}
             propagate.inject(carrier, trace.set_span_in_context(self.span))
             context = tuple(carrier.items())

@@ -46,7 +46,7 @@ from .messages import (
     nesting_exceeds,
     well_formed,
 )
-from .records import quick_init
+from .records import record
 from .redact import redact
 
 if TYPE_CHECKING:
@@ -62,8 +62,7 @@ MAX_ERROR_CHARS = 100_000
 """The cap of an error result made outside a tool call (the loop's refusals)."""
 
 
-@quick_init
-@dataclass(frozen=True, slots=True)
+@record
 class ToolContext:
     """What the runtime tells a tool about the call it is serving.
 

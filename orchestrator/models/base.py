@@ -18,7 +18,7 @@ import trio
 
 from ..core.errors import ConfigurationError
 from ..core.messages import Block, Message, Usage
-from ..core.records import quick_init
+from ..core.records import record
 
 __all__ = [
     "AgentInfo",
@@ -32,8 +32,7 @@ __all__ = [
 ]
 
 
-@quick_init
-@dataclass(frozen=True, slots=True)
+@record
 class AgentInfo:
     """Which agent is asking: its name, its path from the root (``lead/researcher#2``), depth."""
 
@@ -59,8 +58,7 @@ class ToolSpec:
         }
 
 
-@quick_init
-@dataclass(frozen=True, slots=True)
+@record
 class ModelRequest:
     """One GENERATE step: the assembled context for a model call."""
 
@@ -82,8 +80,7 @@ class ModelRequest:
         return sum(1 for m in self.messages if m.role == "assistant")
 
 
-@quick_init
-@dataclass(frozen=True, slots=True)
+@record
 class ModelResponse:
     """One model reply: content blocks, the raw ``stop_reason`` string, and usage."""
 
