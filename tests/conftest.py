@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable
 
 import pytest
@@ -15,6 +16,10 @@ pytest_plugins = ["orchestrator.testing"]  # the orchestrator_spans fixture user
 # must not depend on luck. Local runs explore new examples each time.
 settings.register_profile("ci", derandomize=True, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+# `trace list` keeps an index of the files it read under $XDG_CACHE_HOME: the suite's go to a
+# folder of its own (inherited by the commands it runs), never to the user's ~/.cache.
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="orchestrator-tests-cache-")
 
 
 @pytest.fixture(scope="session")

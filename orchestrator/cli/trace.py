@@ -16,8 +16,6 @@ from typing import TYPE_CHECKING
 from ..core.errors import OrchestratorError
 from ..core.redact import secret_values
 from ..core.terminal import terminal_safe
-from ..tracing.endpoints import resolve_otlp_endpoint
-from ..tracing.export import TraceExportError, send_trace
 from ..tracing.tracefiles import (
     TraceFileError,
     TraceNotFoundError,
@@ -165,6 +163,11 @@ def export_command(
 ) -> int:
     """``orchestrator trace export RUN --endpoint URL``: send a saved run to a collector.
     Errors go to ``errors`` (the CLI's stderr), else to ``console``."""
+    # here, not at the top: the exporter's protobuf and HTTP modules are ~30 ms that
+    # `trace show` and `trace list` do not need
+    from ..tracing.endpoints import resolve_otlp_endpoint
+    from ..tracing.export import TraceExportError, send_trace
+
     try:
         path = resolve_run(run, runs_dir)
         sent = send_trace(path, endpoint, protocol, timeout=timeout)

@@ -11,14 +11,26 @@ A damaged line (a batch cut off by a full disk or a killed writer, a stray byte)
 itself: it is skipped and reported as a :class:`DamagedLine`, and every other line still loads.
 A run whose root span is missing (the process was killed or crashed before the root ended, or
 its last batch was lost) is :attr:`RunSummary.interrupted`, never a success.
+
+A big run's file is tens of MB (65,000 spans for 5,000 agents), so reading is built for it: a
+file is streamed a line at a time, repeated strings are shared between the records, and the
+garbage collector is paused while they are made (see :func:`_iter_docs`, :class:`_Reader`,
+:func:`_no_collection`); ``trace list`` keeps what each file holds in a small index and reads
+only the files that changed (:class:`_SummaryCache`).
 """
 
 from __future__ import annotations
 
 import base64
+import gc
 import glob
+import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+import os
+import stat
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -221,43 +233,96 @@ def _attributes(pairs: Iterable[Mapping[str, Any]]) -> dict[str, AttrValue]:
     return {str(kv["key"]): _any_value(kv.get("value", {})) for kv in pairs}
 
 
-def _spans_from_doc(doc: Mapping[str, Any]) -> list[SpanRecord]:
-    out: list[SpanRecord] = []
-    for resource_spans in doc.get("resourceSpans", ()):
-        resource = _attributes(resource_spans.get("resource", {}).get("attributes", ()))
-        for scope_spans in resource_spans.get("scopeSpans", ()):
-            scope = str(scope_spans.get("scope", {}).get("name", ""))
-            for s in scope_spans.get("spans", ()):
-                status = s.get("status", {})
-                code = status.get("code", 0)
-                if isinstance(code, str):  # enum names are legal OTLP/JSON for lenient writers
-                    code = {"STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}.get(code, 0)
-                out.append(
-                    SpanRecord(
-                        trace_id=str(s.get("traceId", "")).lower(),
-                        span_id=str(s.get("spanId", "")).lower(),
-                        parent_span_id=str(s.get("parentSpanId", "")).lower() or None,
-                        name=str(s.get("name", "")),
-                        kind=int(s.get("kind", 0)) if not isinstance(s.get("kind"), str) else 0,
-                        start_ns=int(s.get("startTimeUnixNano", 0)),
-                        end_ns=int(s.get("endTimeUnixNano", 0)),
-                        attributes=_attributes(s.get("attributes", ())),
-                        status=_STATUS_NAMES.get(int(code), "UNSET"),
-                        status_message=str(status.get("message", "")),
-                        events=tuple(
-                            SpanEvent(
-                                name=str(e.get("name", "")),
-                                time_ns=int(e.get("timeUnixNano", 0)),
-                                attributes=_attributes(e.get("attributes", ())),
+_STATUS_CODES: Final = {"STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}
+_NO_VALUE: Final[Mapping[str, Any]] = {}
+_NO_EVENTS: Final[tuple[()]] = ()
+
+
+class _Reader:
+    """Turns OTLP/JSON documents into :class:`SpanRecord` values, sharing repeated strings.
+
+    A big run repeats the same few strings tens of thousands of times (its trace id, the run
+    id in every span, agent names, attribute keys, a parent's id in each child); ``json``
+    makes a new object for each. Sharing them through one dict while a file is read cut a
+    65,000-span trace's records by tens of MB. The common attribute values (strings, ints)
+    are decoded inline; anything else goes through :func:`_any_value`, with the same result.
+    """
+
+    __slots__ = ("_shared",)
+
+    def __init__(self) -> None:
+        self._shared: dict[str, str] = {}
+
+    def attributes(self, pairs: Iterable[Mapping[str, Any]]) -> dict[str, AttrValue]:
+        # Per attribute of every span: written for speed (a 65,000-span run has 1.5 million).
+        share = self._shared.setdefault
+        out: dict[str, AttrValue] = {}
+        for kv in pairs:
+            key = kv["key"]
+            key = share(key, key) if type(key) is str else str(key)
+            value = kv.get("value", _NO_VALUE)
+            if "stringValue" in value:
+                found = value["stringValue"]
+                out[key] = share(found, found) if type(found) is str else str(found)
+            elif "intValue" in value and "boolValue" not in value:
+                out[key] = int(value["intValue"])
+            else:
+                out[key] = _any_value(value)
+        return out
+
+    def spans(self, doc: Mapping[str, Any]) -> list[SpanRecord]:
+        """The spans of one document (one line), in order; raises on malformed span data
+        (``KeyError``, ``TypeError``, ``ValueError``, ``AttributeError``) as before."""
+        shared = self._shared
+
+        def share(text: str) -> str:
+            return shared.setdefault(text, text)
+
+        attributes = self.attributes
+        out: list[SpanRecord] = []
+        for resource_spans in doc.get("resourceSpans", ()):
+            resource = attributes(resource_spans.get("resource", _NO_VALUE).get("attributes", ()))
+            for scope_spans in resource_spans.get("scopeSpans", ()):
+                scope = share(str(scope_spans.get("scope", _NO_VALUE).get("name", "")))
+                for s in scope_spans.get("spans", ()):
+                    status = s.get("status", _NO_VALUE)
+                    code = status.get("code", 0)
+                    if isinstance(code, str):  # enum names are legal OTLP/JSON for lenient writers
+                        code = _STATUS_CODES.get(code, 0)
+                    kind = s.get("kind", 0)
+                    events = s.get("events", _NO_EVENTS)
+                    out.append(
+                        SpanRecord(
+                            trace_id=share(str(s.get("traceId", "")).lower()),
+                            span_id=share(str(s.get("spanId", "")).lower()),
+                            parent_span_id=share(str(s.get("parentSpanId", "")).lower()) or None,
+                            name=share(str(s.get("name", ""))),
+                            kind=0 if isinstance(kind, str) else int(kind),
+                            start_ns=int(s.get("startTimeUnixNano", 0)),
+                            end_ns=int(s.get("endTimeUnixNano", 0)),
+                            attributes=attributes(s.get("attributes", ())),
+                            status=_STATUS_NAMES.get(int(code), "UNSET"),
+                            status_message=str(status.get("message", "")),
+                            events=tuple(
+                                SpanEvent(
+                                    name=str(e.get("name", "")),
+                                    time_ns=int(e.get("timeUnixNano", 0)),
+                                    attributes=attributes(e.get("attributes", ())),
+                                )
+                                for e in events
                             )
-                            for e in s.get("events", ())
-                        ),
-                        resource=resource,
-                        scope=scope,
-                        parent_remote=_parent_remote(s.get("flags")),
+                            if events is not _NO_EVENTS
+                            else (),
+                            resource=resource,
+                            scope=scope,
+                            parent_remote=_parent_remote(s.get("flags")),
+                        )
                     )
-                )
-    return out
+        return out
+
+
+def _spans_from_doc(doc: Mapping[str, Any]) -> list[SpanRecord]:
+    return _Reader().spans(doc)
 
 
 def _parent_remote(flags: object) -> bool | None:
@@ -296,35 +361,62 @@ def _salvage(raw: bytes) -> dict[str, Any] | None:
     return None
 
 
-def _read_docs(path: Path) -> tuple[list[tuple[int, dict[str, Any]]], list[DamagedLine]]:
-    """The file's OTLP/JSON documents with their line numbers, and the lines that are damaged.
+def _iter_docs(path: Path) -> Iterator[tuple[int, dict[str, Any] | None, DamagedLine | None]]:
+    """The file's lines, one at a time: ``(number, document, damage)`` for each line that is
+    not blank, with the document None when the line is damaged beyond salvage.
 
-    A damaged line costs only itself: it is skipped and listed, and reading goes on. Raises
-    :class:`TraceFileError` only when the file cannot be read at all.
+    Streamed, so only one line's document is in memory at once: a 65,000-span trace is
+    hundreds of MB as JSON objects, and holding them all (with the file's bytes) is what made
+    ``trace show`` of a big run take over 300 MB. Lines end at ``\n`` only (binary reading
+    splits there and nowhere else): a captured text may hold U+2028 and the like, written raw.
+    A damaged line costs only itself. Raises :class:`TraceFileError` only when the file cannot
+    be read at all.
     """
     try:
-        data = path.read_bytes()
+        f = path.open("rb")
     except OSError as exc:
         raise TraceFileError(f"{path}: cannot read: {exc}") from exc
-    # lines end at "\n" only: a captured text may hold U+2028 and the like, written raw
-    lines = data.split(b"\n")
+    with f:
+        number = 0
+        while True:
+            try:
+                raw = f.readline()
+            except OSError as exc:
+                raise TraceFileError(f"{path}: cannot read: {exc}") from exc
+            if not raw:
+                return
+            number += 1
+            if not raw.strip():
+                continue
+            at_end = not raw.endswith(b"\n")  # no newline after it: cut off while written
+            line = raw if at_end else raw[:-1]  # the parser's words are about the line itself
+            del raw
+            doc, reason, detail = _parse_line(line)
+            if doc is None:
+                doc = _salvage(line)
+                if doc is not None:
+                    reason = "a batch cut off mid-write"
+                    detail = "the whole batch appended after it on the same line was read"
+                damage: DamagedLine | None = DamagedLine(
+                    number, reason, detail, at_end and doc is None
+                )
+            else:
+                damage = None
+            del line
+            yield number, doc, damage
+            doc = None  # not alive while the next line is decoded
+
+
+def _read_docs(path: Path) -> tuple[list[tuple[int, dict[str, Any]]], list[DamagedLine]]:
+    """The file's OTLP/JSON documents with their line numbers, and the lines that are damaged
+    (all at once: :func:`_iter_docs` streams them)."""
     docs: list[tuple[int, dict[str, Any]]] = []
     damaged: list[DamagedLine] = []
-    for number, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            continue
-        doc, reason, detail = _parse_line(raw)
-        if doc is None:
-            at_end = number == len(lines)  # no newline after it: cut off while written
-            salvaged = _salvage(raw)
-            if salvaged is not None:
-                reason = "a batch cut off mid-write"
-                detail = "the whole batch appended after it on the same line was read"
-            damaged.append(DamagedLine(number, reason, detail, at_end and salvaged is None))
-            if salvaged is None:
-                continue
-            doc = salvaged
-        docs.append((number, doc))
+    for number, doc, damage in _iter_docs(path):
+        if damage is not None:
+            damaged.append(damage)
+        if doc is not None:
+            docs.append((number, doc))
     return docs, damaged
 
 
@@ -332,6 +424,24 @@ def _unreadable(path: Path, damaged: Sequence[DamagedLine]) -> TraceFileError:
     first = damaged[0]
     detail = f": {first.detail}" if first.detail else ""
     return TraceFileError(f"{path}:{first.number}: {first.reason}{detail}")
+
+
+@contextmanager
+def _no_collection() -> Iterator[None]:
+    """The cyclic garbage collector paused for a block that makes millions of objects.
+
+    Reading a big trace makes ~1.5 million attribute values and dicts, none in a cycle; each
+    allocation batch woke the collector, which walked the whole growing heap again: that was
+    almost half of reading a 65,000-span trace. Reference counting still frees everything;
+    the collector resumes (if it ran before) when the block ends.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def load_trace(path: Path) -> LoadedTrace:
@@ -343,16 +453,27 @@ def load_trace(path: Path) -> LoadedTrace:
     by a whole one still yields the whole one. Raises :class:`TraceFileError` naming the line
     when no line at all is OTLP/JSON traces (not a trace file), or the file cannot be read.
     """
-    docs, damaged = _read_docs(path)
+    with _no_collection():
+        return _load(path)
+
+
+def _load(path: Path) -> LoadedTrace:
+    reader = _Reader()
     spans: list[SpanRecord] = []
+    damaged: list[DamagedLine] = []
     readable = 0
-    for number, doc in docs:
+    for number, doc, damage in _iter_docs(path):
+        if damage is not None:
+            damaged.append(damage)
+        if doc is None:
+            continue
         try:
-            spans.extend(_spans_from_doc(doc))
+            spans.extend(reader.spans(doc))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             damaged.append(DamagedLine(number, "malformed span data", repr(exc)))
-            continue
-        readable += 1
+        else:
+            readable += 1
+        doc = None  # not alive while the next line is decoded
     if damaged and not readable:  # nothing of it is a trace: say what the first line is
         raise _unreadable(path, sorted(damaged, key=lambda d: d.number))
     return LoadedTrace(spans, sorted(damaged, key=lambda d: d.number))
@@ -488,7 +609,7 @@ def _summarize(
     )
 
 
-def list_runs(runs_dir: Path) -> list[RunSummary]:
+def list_runs(runs_dir: Path, *, cache: bool = True) -> list[RunSummary]:
     """The saved runs under ``runs_dir`` (searched recursively), newest first.
 
     Every ``*.jsonl`` file that holds OTLP/JSON traces counts as one run; other JSONL files
@@ -496,19 +617,37 @@ def list_runs(runs_dir: Path) -> list[RunSummary]:
     damaged file does not hide the others. A damaged line hides only itself: the run is
     listed from the rest, with :attr:`RunSummary.damaged` saying what was skipped, and a run
     whose root span is missing is listed as interrupted. A missing folder is simply empty.
+
+    A summary needs every line of its file (the span count, the earliest start, the damaged
+    lines), and reading a big run's file takes seconds; so with ``cache`` the summaries are
+    kept in a small index (see :class:`_SummaryCache`) and a file is read again only when its
+    size, modification time or inode changed (a run still being written, a file replaced).
     """
     if not runs_dir.is_dir():
         return []
+    index = _SummaryCache.open(runs_dir) if cache else None
     runs: list[RunSummary] = []
     for path in sorted(runs_dir.rglob("*.jsonl")):
-        if not path.is_file() or not _is_trace_file(path):
-            continue
         try:
-            spans = load_trace(path)
-        except TraceFileError:
+            st = path.stat()
+        except OSError:
             continue
-        if spans:
-            runs.append(_summarize(path, spans, getattr(spans, "damaged", ())))
+        if not stat.S_ISREG(st.st_mode):
+            continue
+        key = (st.st_size, st.st_mtime_ns, st.st_ino)
+        if index is not None:
+            hit, summary = index.get(path, key)
+            if hit:
+                if summary is not None:
+                    runs.append(summary)
+                continue
+        summary = _summary_of(path)
+        if index is not None:
+            index.put(path, key, summary)
+        if summary is not None:
+            runs.append(summary)
+    if index is not None:
+        index.save()
     epoch = datetime.fromtimestamp(0, tz=UTC)
     runs.sort(
         key=lambda r: (r.start or epoch, r.path.stat().st_mtime if r.path.exists() else 0.0),
@@ -517,12 +656,182 @@ def list_runs(runs_dir: Path) -> list[RunSummary]:
     return runs
 
 
+def _summary_of(path: Path) -> RunSummary | None:
+    """The run a file holds, or None when it is not a trace file or has no readable span."""
+    if not _is_trace_file(path):
+        return None
+    try:
+        spans = load_trace(path)
+    except TraceFileError:
+        return None
+    if not spans:
+        return None
+    return _summarize(path, spans, spans.damaged)
+
+
+_CACHE_VERSION: Final = 1
+_RECENT_NS: Final = 2_000_000_000
+
+
+class _SummaryCache:
+    """What ``trace list`` found in each file of one runs folder, by the file's identity.
+
+    Kept as one JSON file per folder under ``$XDG_CACHE_HOME/orchestrator/trace-list/``
+    (``~/.cache`` when unset), not in the runs folder: listing should not write into a folder
+    of someone's results, which may be read-only or shared. Entries are keyed by the file's
+    path relative to the folder and checked against its ``(size, mtime_ns, inode)``, so a
+    file that grew (a run still writing), was rewritten or replaced is read again; a file
+    found to be no trace is remembered as such. Anything wrong with the index (missing,
+    damaged, another version, not writable) only means files are read: it is never an error,
+    and an entry that does not have exactly the expected shape counts as missing.
+    """
+
+    __slots__ = ("_changed", "_entries", "_file", "_folder", "_root", "_seen")
+
+    def __init__(self, folder: Path, root: Path, file: Path, entries: dict[str, Any]) -> None:
+        self._folder = folder  # as given: the paths listed are under it
+        self._root = root
+        self._file = file
+        self._entries = entries
+        self._seen: set[str] = set()
+        self._changed = False
+
+    @classmethod
+    def open(cls, runs_dir: Path) -> _SummaryCache:
+        root = runs_dir.resolve()
+        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        digest = hashlib.sha256(str(root).encode("utf-8", "surrogateescape")).hexdigest()[:24]
+        file = Path(base) / "orchestrator" / "trace-list" / f"{digest}.json"
+        entries: dict[str, Any] = {}
+        try:
+            data = json.loads(file.read_bytes())
+            if (
+                isinstance(data, dict)
+                and data.get("version") == _CACHE_VERSION
+                and data.get("root") == str(root)
+                and isinstance(data.get("files"), dict)
+            ):
+                entries = data["files"]
+        except (OSError, ValueError):
+            pass
+        return cls(runs_dir, root, file, entries)
+
+    def _name(self, path: Path) -> str:
+        """The path as listed, not resolved: a run without a run id is named by its file, so
+        a link under another name is an entry of its own."""
+        try:
+            return str(path.relative_to(self._folder))
+        except ValueError:
+            return str(path)
+
+    def get(self, path: Path, key: tuple[int, int, int]) -> tuple[bool, RunSummary | None]:
+        """``(True, summary)`` when the index knows this very file (``summary`` None: no
+        trace in it), else ``(False, None)``."""
+        name = self._name(path)
+        self._seen.add(name)
+        entry = self._entries.get(name)
+        if not isinstance(entry, dict) or entry.get("key") != list(key):
+            return False, None
+        if entry.get("run") is None:
+            return True, None
+        try:
+            return True, _summary_from_json(entry["run"], path)
+        except (KeyError, TypeError, ValueError):
+            return False, None
+
+    def put(self, path: Path, key: tuple[int, int, int], summary: RunSummary | None) -> None:
+        """Remember what ``path`` holds, unless it was modified just now: a file's times are
+        coarse (a few ms), so a file rewritten at once to the same size could pass for the
+        one read; such a file (a run still writing, typically) is read every time instead."""
+        name = self._name(path)
+        self._seen.add(name)
+        if time.time_ns() - key[1] < _RECENT_NS:
+            if self._entries.pop(name, None) is not None:
+                self._changed = True
+            return
+        run = None if summary is None else _summary_to_json(summary)
+        self._entries[name] = {"key": list(key), "run": run}
+        self._changed = True
+
+    def save(self) -> None:
+        """Write the index when it changed (entries of files now gone are dropped), atomically."""
+        gone = set(self._entries) - self._seen
+        if not self._changed and not gone:
+            return
+        entries = {name: self._entries[name] for name in self._seen if name in self._entries}
+        data = {"version": _CACHE_VERSION, "root": str(self._root), "files": entries}
+        try:
+            self._file.parent.mkdir(parents=True, exist_ok=True)
+            temporary = self._file.with_name(f"{self._file.name}.{os.getpid()}.tmp")
+            temporary.write_text(json.dumps(data, separators=(",", ":")), encoding="utf-8")
+            os.replace(temporary, self._file)
+        except OSError:
+            pass
+
+
+def _summary_to_json(r: RunSummary) -> dict[str, Any]:
+    return {
+        "run_id": r.run_id,
+        "root_agent": r.root_agent,
+        "start": r.start.isoformat() if r.start is not None else None,
+        "duration_s": r.duration_s,
+        "span_count": r.span_count,
+        "status": r.status,
+        "outcome": r.outcome,
+        "trace_id": r.trace_id,
+        "service_name": r.service_name,
+        "interrupted": r.interrupted,
+        "damaged": [[d.number, d.reason, d.detail, d.at_end] for d in r.damaged],
+    }
+
+
+def _optional_str(value: object) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"not a string: {value!r}")
+    return value
+
+
+def _summary_from_json(data: Mapping[str, Any], path: Path) -> RunSummary:
+    """A cached summary back, checking every field's type (raises TypeError/KeyError/ValueError)."""
+    start = _optional_str(data["start"])
+    duration = data["duration_s"]
+    count = data["span_count"]
+    interrupted = data["interrupted"]
+    if not isinstance(duration, int | float) or isinstance(duration, bool):
+        raise TypeError("duration_s")
+    if type(count) is not int or type(interrupted) is not bool:
+        raise TypeError("span_count or interrupted")
+    damaged = []
+    for number, reason, detail, at_end in data["damaged"]:
+        if type(number) is not int or type(at_end) is not bool:
+            raise TypeError("damaged")
+        damaged.append(DamagedLine(number, str(reason), str(detail), at_end))
+    run_id, status = data["run_id"], data["status"]
+    if not isinstance(run_id, str) or not isinstance(status, str):
+        raise TypeError("run_id or status")
+    return RunSummary(
+        run_id=run_id,
+        path=path,
+        root_agent=_optional_str(data["root_agent"]),
+        start=datetime.fromisoformat(start) if start is not None else None,
+        duration_s=float(duration),
+        span_count=count,
+        status=status,
+        outcome=_optional_str(data["outcome"]),
+        trace_id=_optional_str(data["trace_id"]),
+        service_name=_optional_str(data["service_name"]),
+        interrupted=interrupted,
+        damaged=tuple(damaged),
+    )
+
+
 def _trace_file_named(run: str, runs_dir: Path) -> Path | None:
     """The one trace file named ``<run>.jsonl`` (or ``run`` itself) under ``runs_dir``, if any.
 
     The CLI names trace files by run id, so a run asked for by its id is found without reading
-    every saved trace (``list_runs`` parses them all, which is slow with many large ones). A
-    file so named wins over another file whose spans carry ``run`` as their run id.
+    every saved trace (``list_runs`` reads every file its index does not know yet, which is
+    slow with many large ones). A file so named wins over another file whose spans carry
+    ``run`` as their run id.
     """
     if not runs_dir.is_dir() or Path(run).name != run or run in (".", ".."):
         return None  # only a bare name: no absolute path, folder or ``..`` to search with

@@ -12,15 +12,24 @@ whole: its attributes, events and (when captured) its messages.
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from ..core.redact import secret_values
 from ..core.terminal import terminal_safe
-from .tracefiles import _OUTCOME, INTERRUPTED_NOTE, AttrValue, SpanRecord, _roots, _summarize
+from .tracefiles import (
+    _OUTCOME,
+    INTERRUPTED_NOTE,
+    AttrValue,
+    SpanRecord,
+    _no_collection,
+    _roots,
+    _summarize,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -75,6 +84,31 @@ def _rollup_rank(key: str) -> tuple[bool, bool, int, str]:
     return (not any(h in key for h in _ROLLUP_HINTS), "own" in key, len(key), key)
 
 
+_RANKED: dict[tuple[tuple[str, ...], str, str], tuple[str, ...]] = {}
+_RANKED_LIMIT: Final = 1024
+
+
+def _ranked_keys(attrs: Mapping[str, AttrValue], suffix: str, exclude: str) -> tuple[str, ...]:
+    """The keys of ``attrs`` that may hold a figure (``suffix`` ``"cost"``: a cost; else a key
+    ending in ``suffix`` without ``exclude``), best first by :func:`_rollup_rank`.
+
+    Remembered by the span's keys: a big run's spans have a few key sets between them, and
+    scanning and ranking every key of every span took seconds for 65,000 of them.
+    """
+    keys = tuple(attrs)
+    ranked = _RANKED.get((keys, suffix, exclude))
+    if ranked is None:
+        if suffix == "cost":
+            found = [k for k in keys if "cost" in k.rsplit(".", 1)[-1]]
+        else:
+            found = [k for k in keys if k.endswith(suffix) and exclude not in k]
+        ranked = tuple(sorted(found, key=_rollup_rank))
+        if len(_RANKED) >= _RANKED_LIMIT:
+            _RANKED.clear()
+        _RANKED[(keys, suffix, exclude)] = ranked
+    return ranked
+
+
 def _pick(attrs: Mapping[str, AttrValue], suffix: str, exclude: str = "cache") -> float | None:
     """A numeric attribute ending in ``suffix``: the standard ``gen_ai.usage`` one first, else
     the best roll-up by :func:`_rollup_rank`; cache counts are left out (they are part of the
@@ -82,15 +116,11 @@ def _pick(attrs: Mapping[str, AttrValue], suffix: str, exclude: str = "cache") -
     standard = _number(attrs.get(f"gen_ai.usage.{suffix}"))
     if standard is not None:
         return standard
-    found = [
-        (key, num)
-        for key, value in attrs.items()
-        if key.endswith(suffix) and exclude not in key and (num := _number(value)) is not None
-    ]
-    if not found:
-        return None
-    found.sort(key=lambda kv: _rollup_rank(kv[0]))
-    return found[0][1]
+    for key in _ranked_keys(attrs, suffix, exclude):
+        num = _number(attrs[key])
+        if num is not None:
+            return num
+    return None
 
 
 def _tokens_cell(attrs: Mapping[str, AttrValue]) -> str:
@@ -106,29 +136,47 @@ def _tokens_cell(attrs: Mapping[str, AttrValue]) -> str:
 
 
 def _cost_cell(attrs: Mapping[str, AttrValue]) -> str:
-    costs = [
-        (key, num)
-        for key, value in attrs.items()
-        if "cost" in key.rsplit(".", 1)[-1] and (num := _number(value)) is not None
-    ]
-    if not costs:
-        return ""
-    costs.sort(key=lambda kv: _rollup_rank(kv[0]))
-    cost = costs[0][1]
-    return f"${cost:.2f}" if cost >= 1 else f"${cost:.4f}"
+    for key in _ranked_keys(attrs, "cost", ""):
+        cost = _number(attrs[key])
+        if cost is not None:
+            return f"${cost:.2f}" if cost >= 1 else f"${cost:.4f}"
+    return ""
+
+
+def _status_parts(span: SpanRecord, secrets: tuple[str, ...]) -> tuple[str, str, str]:
+    """The status cell's three texts: the status, `` <outcome>`` and `` (<error.type>)``
+    (each empty when not shown)."""
+    outcome = span.attributes.get(_OUTCOME)
+    error_type = span.attributes.get("error.type")
+    said = ""
+    if outcome is not None and not (outcome == "ok" and span.status == "OK"):  # not "OK ok"
+        said = f" {terminal_safe(outcome, secrets=secrets)}"
+    error = ""
+    if error_type is not None and error_type != outcome:
+        error = f" ({terminal_safe(error_type, secrets=secrets)})"
+    return terminal_safe(span.status, secrets=secrets), said, error
 
 
 def _status_cell(span: SpanRecord, secrets: tuple[str, ...]) -> Text:
     from rich.text import Text
 
-    text = Text(terminal_safe(span.status), style=_STATUS_STYLES.get(span.status, ""))
-    outcome = span.attributes.get(_OUTCOME)
-    error_type = span.attributes.get("error.type")
-    if outcome is not None and not (outcome == "ok" and span.status == "OK"):  # not "OK ok"
-        text.append(f" {terminal_safe(outcome, secrets=secrets)}")
-    if error_type is not None and error_type != outcome:
-        text.append(f" ({terminal_safe(error_type, secrets=secrets)})", style="red")
+    status, said, error = _status_parts(span, secrets)
+    text = Text(status, style=_STATUS_STYLES.get(span.status, ""))
+    if said:
+        text.append(said)
+    if error:
+        text.append(error, style="red")
     return text
+
+
+def _bar_cells(span: SpanRecord, t0: int, total: int, width: int) -> tuple[int, int]:
+    """Where the span's bar starts and ends on a timeline of ``width`` cells (see :func:`_bar`)."""
+    if total > 0:  # integer arithmetic: float scaling put 200 ms of 1 s in cell 5, not 6
+        first = min(width - 1, (span.start_ns - t0) * width // total)
+        last = min(width, max(first + 1, -(-(span.end_ns - t0) * width // total)))
+    else:
+        first, last = 0, width
+    return first, last
 
 
 def _bar(span: SpanRecord, t0: int, total: int, width: int) -> Text:
@@ -139,11 +187,7 @@ def _bar(span: SpanRecord, t0: int, total: int, width: int) -> Text:
     """
     from rich.text import Text
 
-    if total > 0:  # integer arithmetic: float scaling put 200 ms of 1 s in cell 5, not 6
-        first = min(width - 1, (span.start_ns - t0) * width // total)
-        last = min(width, max(first + 1, -(-(span.end_ns - t0) * width // total)))
-    else:
-        first, last = 0, width
+    first, last = _bar_cells(span, t0, total, width)
     text = Text("·" * first, style="bright_black")
     text.append("█" * (last - first), style=_BAR_STYLES.get(span.status, "cyan"))
     text.append("·" * (width - last), style="bright_black")
@@ -289,6 +333,165 @@ def _short(text: str) -> str:
     return text if len(text) <= _DETAIL_CHARS else text[: _DETAIL_CHARS - 1] + "…"
 
 
+class _Row(NamedTuple):
+    """One span's row, as plain text: laid out once the widths of every row are known."""
+
+    span: SpanRecord
+    guide: str  # the tree's guides (``├─``...)
+    label: str  # the name, shown through terminal_safe
+    label_cells: int  # of both
+    status_cells: int
+    figures: tuple[str, str, str]  # duration, tokens, cost
+    status: tuple[str, str, str]  # see _status_parts
+    below: str  # the guide the lines under the row start with
+    details: Sequence[tuple[str, str]]  # (text, style): see _details
+
+
+class _Layout(NamedTuple):
+    name_cells: int
+    width: int  # of the timeline
+    figure_widths: list[int]
+    figures_shown: list[int]
+    t0: int
+    total: int
+    fit_names: bool
+
+
+_GAP: Final = "  "
+_CHUNK_LINES: Final = 2000
+"""Lines handed to rich at once: a big run's 65,000 rows as one Text took hundreds of MB."""
+_TRAILING_SPACE: Final = re.compile(r"\s+$")
+
+
+def _header(layout: _Layout) -> str:
+    text = "span".ljust(layout.name_cells) + _GAP + "timeline".ljust(layout.width)
+    for k in layout.figures_shown:
+        text += _GAP + ("duration", "tokens", "cost")[k].rjust(layout.figure_widths[k])
+    return text + _GAP + "status"
+
+
+_NOT_NARROW: Final = re.compile(r"[^ -~│├└─·█…→Σ↻✗]")
+"""Anything but printable ASCII and the glyphs the view draws itself, one cell wide each."""
+
+
+def _cell_len(text: str) -> int:
+    """Terminal cells ``text`` takes: its length when it is printable ASCII and the view's own
+    glyphs (the common case, tested in C), else rich's count character by character."""
+    if (text.isascii() and text.isprintable()) or _NOT_NARROW.search(text) is None:
+        return len(text)
+    from rich.cells import cell_len as rich_cell_len
+
+    return rich_cell_len(text)
+
+
+def _fit(text: str, cells: int, pad: bool = False) -> str:
+    """``text`` cut to ``cells`` with an ellipsis (and padded): rich's ``Text.truncate``."""
+    from rich.cells import set_cell_size
+
+    length = _cell_len(text)
+    if length > cells:
+        text = set_cell_size(text, cells - 1) + "…"
+    if pad and length < cells:
+        text += " " * (cells - length)
+    return text
+
+
+def _fit_line(text: str, cells: int) -> str:
+    """A line as rich prints it with ``no_wrap`` and ``overflow="ellipsis"``: whitespace past
+    the width dropped first (``Text.rstrip_end``), then cut with an ellipsis."""
+    if len(text) > cells:
+        trailing = _TRAILING_SPACE.search(text)
+        if trailing is not None:
+            text = text[: len(text) - min(len(trailing.group(0)), len(text) - cells)]
+    return _fit(text, cells)
+
+
+def _print_plain(console: Console, rows: Sequence[_Row], layout: _Layout) -> None:
+    """The rows written as plain text, for a console that shows no styles (a pipe, a file).
+
+    What rich would print, character for character, without building a ``Text`` (and its
+    segments) per row: that cost ~100 µs a row, seconds for a big run. Handed to the console
+    as ready segments in chunks, so its capture, recording and broken-pipe handling apply.
+    """
+    from rich.cells import set_cell_size
+    from rich.segment import Segment, Segments
+
+    width = console.width
+    name_cells, bar, t0, total = layout.name_cells, layout.width, layout.t0, layout.total
+    shown = [(k, layout.figure_widths[k]) for k in layout.figures_shown]
+    # a row's cells but its status's: the name's column, the timeline, the figures, the gaps
+    before_status = name_cells + 2 + bar + sum(2 + cells for _k, cells in shown) + 2
+    lines = [_fit_line(_header(layout), width)]
+    for row in rows:
+        first, last = _bar_cells(row.span, t0, total, bar)
+        label = row.guide + row.label  # _fit(label, name_cells, pad=True), its cells known
+        if row.label_cells > name_cells:
+            label = set_cell_size(label, name_cells - 1) + "…"
+        elif row.label_cells < name_cells:
+            label += " " * (name_cells - row.label_cells)
+        parts = [
+            label,
+            _GAP,
+            "·" * first,
+            "█" * (last - first),
+            "·" * (bar - last),
+        ]
+        for k, cells in shown:
+            parts.append(_GAP + row.figures[k].rjust(cells))
+        parts.append(_GAP)
+        parts.extend(row.status)
+        line = "".join(parts)
+        if before_status + row.status_cells > width or len(line) > width:
+            line = _fit_line(line, width)
+        lines.append(line)
+        for text, _style in row.details:
+            detail = row.below + text
+            if not layout.fit_names:  # piped: whole (up to _DETAIL_CHARS)
+                detail = _fit(detail, width)
+            lines.append(_fit_line(detail, width))
+        if len(lines) >= _CHUNK_LINES:
+            console.print(Segments([Segment("\n".join(lines) + "\n")]), crop=False)
+            lines = []
+    if lines:
+        console.print(Segments([Segment("\n".join(lines) + "\n")]), crop=False)
+
+
+def _print_styled(
+    console: Console, rows: Sequence[_Row], layout: _Layout, secrets: tuple[str, ...]
+) -> None:
+    """The rows as styled rich text (a terminal), a chunk of lines at a time.
+
+    Lines are laid out here rather than by a rich Table: the widths are already known, and a
+    Table's cost per row added up to seconds for a big run's spans.
+    """
+    from rich.text import Text
+
+    header = Text(_header(layout), style="bold dim")
+    lines = [header]
+    for row in rows:
+        span = row.span
+        label = Text(row.guide, style="bright_black")
+        label.append(row.label, style=_name_style(span))
+        label.truncate(layout.name_cells, overflow="ellipsis", pad=True)
+        line = Text.assemble(label, _GAP, _bar(span, layout.t0, layout.total, layout.width))
+        for k in layout.figures_shown:
+            line.append(_GAP + row.figures[k].rjust(layout.figure_widths[k]))
+        line.append(_GAP)
+        line.append_text(_status_cell(span, secrets))
+        lines.append(line)
+        for text, style in row.details:
+            detail = Text(row.below, style="bright_black")
+            detail.append(text, style=style)
+            if not layout.fit_names:  # piped: whole (up to _DETAIL_CHARS)
+                detail.truncate(console.width, overflow="ellipsis")
+            lines.append(detail)
+        if len(lines) >= _CHUNK_LINES:
+            console.print(Text("\n").join(lines), no_wrap=True, crop=True, overflow="ellipsis")
+            lines = []
+    if lines:
+        console.print(Text("\n").join(lines), no_wrap=True, crop=True, overflow="ellipsis")
+
+
 def render_trace(
     spans: Sequence[SpanRecord],
     console: Console,
@@ -319,12 +522,31 @@ def render_trace(
     through :func:`~orchestrator.core.terminal.terminal_safe`: secrets redacted, and control
     characters (a newline in a name as much as an escape sequence) shown as escapes on its row.
     """
+    with _no_collection():  # a big run's rows are many objects and no cycles
+        _render_trace(spans, console, bar_width=bar_width, depth=depth, fit_names=fit_names)
+
+
+def _render_trace(
+    spans: Sequence[SpanRecord],
+    console: Console,
+    *,
+    bar_width: int | None,
+    depth: int | None,
+    fit_names: bool,
+) -> None:
     from rich.text import Text
 
     secrets = secret_values()
+    # A big run's names, paths and outcomes are a few texts repeated: each is made safe once.
+    made_safe: dict[str, str] = {}
 
     def safe(value: object) -> str:
-        return terminal_safe(value, secrets=secrets)
+        if type(value) is not str:
+            return terminal_safe(value, secrets=secrets)
+        shown = made_safe.get(value)
+        if shown is None:
+            shown = made_safe[value] = terminal_safe(value, secrets=secrets)
+        return shown
 
     if not spans:
         console.print("[dim](no spans)[/dim]")
@@ -380,33 +602,65 @@ def render_trace(
         if summary.interrupted:  # the root span is missing: what remains is not how it ended
             console.print(Text(INTERRUPTED_NOTE, style="bold red"))
 
-        rows = []
+        # Every row is kept until the widths are known; the texts of a big run's rows repeat
+        # (guides, names, statuses, figures), so equal ones are kept once.
+        shared: dict[Any, Any] = {}
+        share = shared.setdefault
+        status_widths: dict[tuple[str, str, str], int] = {}
+        status_memo: dict[tuple[object, ...], tuple[str, str, str]] = {}
+        rows: list[_Row] = []
         for span, guide, below in _walk(group, roots, children, folded):
-            label = Text(guide, style="bright_black")
-            label.append(_label(span, safe), style=_name_style(span))
             inside = (
                 _mark_seen(span.span_id, children, set())
                 if folded is not None and span.span_id in folded
                 else 0
             )
+            attributes = span.attributes
             figures = (
                 _fmt_duration(span.duration_ns),
-                _tokens_cell(span.attributes),
-                _cost_cell(span.attributes),
+                _tokens_cell(attributes),
+                _cost_cell(attributes),
             )
             details = _details(span, by_id.get(span.parent_span_id or ""), inside, safe)
-            rows.append((span, label, figures, _status_cell(span, secrets), below, details))
+            name = _label(span, safe)
+            outcome, error_type = attributes.get(_OUTCOME), attributes.get("error.type")
+            # what _status_parts depends on (types too: True and 1 are equal keys)
+            said = (span.status, type(outcome), outcome, type(error_type), error_type)
+            try:  # a list attribute is not hashable
+                status = status_memo[said]
+            except KeyError:
+                status = status_memo[said] = _status_parts(span, secrets)
+            except TypeError:
+                status = _status_parts(span, secrets)
+                status = share(status, status)
+            status_cells = status_widths.get(status)
+            if status_cells is None:
+                status_cells = status_widths[status] = _cell_len("".join(status))
+            rows.append(
+                _Row(
+                    span,
+                    share(guide, guide),
+                    share(name, name),
+                    _cell_len(guide + name),
+                    status_cells,
+                    share(figures, figures),
+                    status,
+                    share(below, below),
+                    details or (),
+                )
+            )
+        del shared
         figure_widths = [
-            max(len(header), *(len(row[2][k]) for row in rows))
+            max(len(header), *(len(row.figures[k]) for row in rows))
             for k, header in enumerate(("duration", "tokens", "cost"))
         ]
         show_figure = [
             True,
-            any(r[2][1] and any(c.isdigit() and c != "0" for c in r[2][1]) for r in rows),
-            any(r[2][2] and r[2][2] not in ("$0.0000",) for r in rows),
+            any(r.figures[1] and any(c.isdigit() and c != "0" for c in r.figures[1]) for r in rows),
+            any(r.figures[2] and r.figures[2] not in ("$0.0000",) for r in rows),
         ]
-        status_width = max(len("status"), *(row[3].cell_len for row in rows))
-        name_width = max(row[1].cell_len for row in rows)
+        status_width = max(len("status"), *status_widths.values())
+        name_width = max(row.label_cells for row in rows)
         fixed = sum(w for w, on in zip(figure_widths, show_figure, strict=True) if on)
         gaps = 2 * (2 + sum(show_figure))
         if bar_width is None:  # names get up to 40 cells before the timeline shrinks to 10
@@ -417,35 +671,26 @@ def render_trace(
         if fit_names:  # piped: whole names, whatever the width
             console.width = max(console.width, name_width + gaps + fixed + width + status_width)
 
-        # Lines are laid out here rather than by a rich Table: the widths are already known,
-        # and a Table's cost per row added up to seconds for a big run's spans.
         name_room = console.width - fixed - gaps - width - status_width
         name_cells = max(12, min(name_width, name_room))
         figures_shown = [k for k in range(3) if show_figure[k]]
-        gap = "  "
-        header = Text(style="bold dim")
-        header.append("span".ljust(name_cells) + gap + "timeline".ljust(width))
-        for k in figures_shown:
-            header.append(gap + ("duration", "tokens", "cost")[k].rjust(figure_widths[k]))
-        header.append(gap + "status")
-        lines = [header]
-        for span, label, figures, status, below, details in rows:
-            label.truncate(name_cells, overflow="ellipsis", pad=True)
-            line = Text.assemble(label, gap, _bar(span, t0, total, width))
-            for k in figures_shown:
-                line.append(gap + figures[k].rjust(figure_widths[k]))
-            line.append(gap)
-            line.append_text(status)
-            lines.append(line)
-            for text, style in details:
-                detail = Text(below, style="bright_black")
-                detail.append(text, style=style)
-                if not fit_names:  # piped: whole (up to _DETAIL_CHARS)
-                    detail.truncate(console.width, overflow="ellipsis")
-                lines.append(detail)
         if fit_names:  # a detail (a whole error text) may be wider than the rows
-            console.width = max(console.width, *(line.cell_len for line in lines))
-        console.print(Text("\n").join(lines), no_wrap=True, crop=True, overflow="ellipsis")
+            widest = max(
+                (_cell_len(row.below + text) for row in rows for text, _style in row.details),
+                default=0,
+            )
+            row_cells = name_cells + 2 + width + sum(2 + figure_widths[k] for k in figures_shown)
+            widest = max(
+                widest,
+                row_cells + 2 + len("status"),  # the header
+                *(row_cells + 2 + cells for cells in status_widths.values()),
+            )
+            console.width = max(console.width, widest)
+        layout = _Layout(name_cells, width, figure_widths, figures_shown, t0, total, fit_names)
+        if console.color_system is None and not console.record:
+            _print_plain(console, rows, layout)
+        else:
+            _print_styled(console, rows, layout, secrets)
         chat_in = sum(_number(s.attributes.get("gen_ai.usage.input_tokens")) or 0.0 for s in group)
         chat_out = sum(
             _number(s.attributes.get("gen_ai.usage.output_tokens")) or 0.0 for s in group
