@@ -254,10 +254,27 @@ class _SpanPipe(SpanProcessor):
         self._flushes: list[threading.Event] = []
         self._wake = threading.Event()
         self._stopping = False
-        self._thread = threading.Thread(
+        self._thread = self._start_thread()
+        if hasattr(os, "register_at_fork"):  # a forked child gets its own thread, as the SDK's
+            own = weakref.WeakMethod(self._after_fork)
+            os.register_at_fork(after_in_child=lambda: (method := own()) and method())
+
+    def _start_thread(self) -> threading.Thread:
+        thread = threading.Thread(
             target=self._export_loop, name="orchestrator-span-export", daemon=True
         )
-        self._thread.start()
+        thread.start()
+        return thread
+
+    def _after_fork(self) -> None:
+        """In a forked child: the parent's queue is the parent's to export, its thread and
+        locks did not come along; start afresh (unless the parent had shut down)."""
+        self._queue.clear()
+        self._lock = threading.Lock()
+        self._flushes = []
+        self._wake = threading.Event()
+        if not self._stopping:
+            self._thread = self._start_thread()
 
     def on_start(self, span: Any, parent_context: Any = None) -> None:
         return None

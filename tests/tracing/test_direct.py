@@ -10,6 +10,9 @@ span is delivered or counted as dropped.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -249,3 +252,38 @@ def test_otlp_receives_direct_and_sdk_spans_of_one_batch_as_one_request(tmp_path
     assert len(receiver.requests) == 1
     assert configured.trace_file is not None
     assert {s.name for s in load_trace(configured.trace_file)} == {"ours", "theirs"}
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_exports_its_own_spans_through_a_thread_of_its_own(
+    setup: TracingSetup,
+) -> None:
+    tracer = get_tracer(setup.tracer_provider)
+    tracer.start_span("parent's").end()
+    assert setup.force_flush()
+    pid = os.fork()
+    if pid == 0:  # the child: its spans reach the file only through a new export thread
+        code = 1
+        try:
+            tracer.start_span("child's").end()
+            code = 0 if setup.force_flush(timeout=5) else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert setup.trace_file is not None
+    assert sorted(s.name for s in load_trace(setup.trace_file)) == ["child's", "parent's"]
+
+
+def test_the_clis_global_setup_takes_the_direct_road(tmp_path: Path) -> None:
+    # the CLI makes its provider the global one and runs with tracer_provider=None; a process
+    # has one global provider, hence a process of its own
+    code = (
+        "from orchestrator.tracing import configure_tracing\n"
+        "from orchestrator.tracing.direct import DirectTracer\n"
+        "from orchestrator.tracing.spans import get_tracer\n"
+        f"setup = configure_tracing(run_file={str(tmp_path / 'g.jsonl')!r}, keep_file=True)\n"
+        "assert isinstance(get_tracer(None), DirectTracer), get_tracer(None)\n"
+        "assert setup.shutdown()\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
