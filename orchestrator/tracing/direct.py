@@ -30,7 +30,6 @@ from __future__ import annotations
 import logging
 import random
 import time
-import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final, cast
@@ -50,10 +49,9 @@ from opentelemetry.trace import (
 )
 from opentelemetry.util import types
 
-from ..core.errors import exception_type
 from ..core.messages import well_formed
 from ..core.redact import RUN_SECRETS, redact
-from .spans import _CONTENT_KEYS
+from .spans import _CONTENT_KEYS, exception_event
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -330,14 +328,7 @@ class DirectSpan(Span):
         escaped: bool = False,
     ) -> None:
         """The exception event the SDK records, its message and traceback redacted."""
-        recorded: dict[str, Any] = {
-            "exception.type": exception_type(exception),
-            "exception.message": str(exception),
-            "exception.stacktrace": "".join(traceback.format_exception(exception)),
-            "exception.escaped": str(escaped),
-        }
-        recorded.update(attributes or {})
-        self.add_event("exception", recorded, timestamp)
+        self.add_event("exception", exception_event(exception, attributes, escaped), timestamp)
 
     def __repr__(self) -> str:
         return f"DirectSpan({self.name!r}, span_id={self.span_id:016x})"
@@ -379,55 +370,27 @@ class DirectTracer(trace.Tracer):
         set_status_on_exception: bool = True,
     ) -> Span:
         parent = trace.get_current_span(context)
+        ids: tuple[int, int, bool, TraceState, int]  # trace, parent, remote, state, flags
         if type(parent) is DirectSpan:  # the usual case: read by slot, no SpanContext made
-            span = DirectSpan(
-                self,
-                name,
-                kind,
-                parent.trace_id,
-                parent.span_id,
-                False,
-                parent.trace_state,
-                parent.flags,
-                start_time or time.time_ns(),
-            )
+            ids = (parent.trace_id, parent.span_id, False, parent.trace_state, parent.flags)
         else:
-            parent_context = parent.get_span_context()
-            if parent_context.is_valid:
-                flags = parent_context.trace_flags
-                if not flags.sampled:  # ParentBased: a parent sampled out leaves us out
-                    return NonRecordingSpan(
-                        SpanContext(
-                            parent_context.trace_id,
-                            _new_id(64),
-                            is_remote=False,
-                            trace_flags=TraceFlags(flags),
-                            trace_state=parent_context.trace_state,
-                        )
+            up = parent.get_span_context()
+            if not up.is_valid:  # a root
+                ids = (_new_id(128), 0, False, _EMPTY_STATE, _SAMPLED | _RANDOM)
+            elif not up.trace_flags.sampled:  # ParentBased: a parent sampled out leaves us out
+                return NonRecordingSpan(
+                    SpanContext(
+                        up.trace_id,
+                        _new_id(64),
+                        is_remote=False,
+                        trace_flags=TraceFlags(up.trace_flags),
+                        trace_state=up.trace_state,
                     )
-                span = DirectSpan(
-                    self,
-                    name,
-                    kind,
-                    parent_context.trace_id,
-                    parent_context.span_id,
-                    parent_context.is_remote,
-                    parent_context.trace_state,
-                    _SAMPLED | (flags & _RANDOM),
-                    start_time or time.time_ns(),
                 )
             else:
-                span = DirectSpan(
-                    self,
-                    name,
-                    kind,
-                    _new_id(128),
-                    0,
-                    False,
-                    _EMPTY_STATE,
-                    _SAMPLED | _RANDOM,
-                    start_time or time.time_ns(),
-                )
+                flags = _SAMPLED | (up.trace_flags & _RANDOM)
+                ids = (up.trace_id, up.span_id, up.is_remote, up.trace_state, flags)
+        span = DirectSpan(self, name, kind, *ids, start_time or time.time_ns())
         if attributes:
             span.set_attributes(attributes)
         for link in links or ():

@@ -189,14 +189,22 @@ class _RedactedSpan(Span):
     ) -> None:
         """The exception event the SDK would record, with its message and traceback redacted
         (the SDK's own would write ``str(exception)`` as it is)."""
-        recorded: dict[str, Any] = {
-            "exception.type": exception_type(exception),
-            "exception.message": str(exception),
-            "exception.stacktrace": "".join(traceback.format_exception(exception)),
-            "exception.escaped": str(escaped),
-        }
-        recorded.update(attributes or {})
-        self.add_event("exception", recorded, timestamp)
+        self.add_event("exception", exception_event(exception, attributes, escaped), timestamp)
+
+
+def exception_event(
+    exception: BaseException, attributes: types.Attributes, escaped: bool
+) -> dict[str, Any]:
+    """The attributes of the ``exception`` event the SDK's ``record_exception`` writes (the
+    span they are added to redacts them)."""
+    recorded: dict[str, Any] = {
+        "exception.type": exception_type(exception),
+        "exception.message": str(exception),
+        "exception.stacktrace": "".join(traceback.format_exception(exception)),
+        "exception.escaped": str(escaped),
+    }
+    recorded.update(attributes or {})
+    return recorded
 
 
 class _LiveSpan:

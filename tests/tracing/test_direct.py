@@ -287,3 +287,21 @@ def test_the_clis_global_setup_takes_the_direct_road(tmp_path: Path) -> None:
         "assert setup.shutdown()\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_an_exception_escaping_a_current_direct_span_is_recorded_redacted(
+    setup: TracingSetup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "sk-live-0123456789abcdef"
+    monkeypatch.setenv("PIN_API_KEY", secret)
+    tracer = get_tracer(setup.tracer_provider)
+    with pytest.raises(ValueError), tracer.start_as_current_span("failing"):
+        raise ValueError(f"the key {secret} was refused")
+    assert setup.force_flush()
+    assert setup.trace_file is not None
+    (span,) = load_trace(setup.trace_file)
+    (event,) = span.events
+    assert event.name == "exception"
+    assert event.attributes["exception.type"] == "ValueError"
+    assert secret not in str(event.attributes) and secret not in span.status_message
+    assert span.status == "ERROR"
