@@ -78,10 +78,22 @@ _STATUS_CODES: Final = {code: code.value for code in StatusCode}  # (an enum's .
 _OK: Final = StatusCode.OK.value
 _REMEMBERED_TEXT: Final = 256
 _REMEMBERED_LIMIT: Final = 4096
-_memos: dict[int, tuple[tuple[str, ...], dict[str, str]]] = {}
 
 
-def _redaction_memo() -> dict[str, str] | None:
+class _Memo(dict[str, str]):
+    """Texts and what :func:`redact` made of them under one run's secrets snapshot."""
+
+    __slots__ = ("secrets",)
+
+    def __init__(self, secrets: tuple[str, ...]) -> None:
+        super().__init__()
+        self.secrets = secrets  # held: the snapshot's id stays unique while it is a key
+
+
+_memos: dict[int, _Memo] = {}
+
+
+def _redaction_memo() -> _Memo | None:
     """What :func:`redact` made of short texts under the running run's secrets snapshot.
 
     Most texts of a span are the same few names span after span (agents, models, tools,
@@ -91,20 +103,20 @@ def _redaction_memo() -> dict[str, str] | None:
     secrets = RUN_SECRETS.get()
     if secrets is None:
         return None
-    entry = _memos.get(id(secrets))
-    if entry is None or entry[0] is not secrets:  # (holding the snapshot keeps its id unique)
+    memo = _memos.get(id(secrets))
+    if memo is None or memo.secrets is not secrets:
         if len(_memos) >= 16:
             _memos.clear()
-        entry = _memos[id(secrets)] = (secrets, {})
-    return entry[1]
+        memo = _memos[id(secrets)] = _Memo(secrets)
+    return memo
 
 
-def _redacted(text: str, memo: dict[str, str] | None) -> str:
+def _redacted(text: str, memo: _Memo | None) -> str:
     if memo is None:
         return redact(text)
     out = memo.get(text)
     if out is None:
-        out = redact(text)
+        out = redact(text, memo.secrets)  # the span's run's snapshot, whatever runs this
         if len(text) <= _REMEMBERED_TEXT:
             if len(memo) >= _REMEMBERED_LIMIT:
                 memo.clear()
@@ -119,7 +131,7 @@ def _new_id(bits: int) -> int:
     return value
 
 
-def _clean(key: object, value: object, memo: dict[str, str] | None) -> Any:
+def _clean(key: object, value: object, memo: _Memo | None) -> Any:
     """``value`` as an attribute may hold it (the SDK's rules: a plain value, or a sequence of
     one plain type, None items allowed), texts redacted; None when it may not be kept."""
     if not isinstance(key, str) or not key:
@@ -137,7 +149,7 @@ def _clean(key: object, value: object, memo: dict[str, str] | None) -> Any:
     return None
 
 
-def _cleaned(attributes: types.Attributes, memo: dict[str, str] | None) -> dict[str, Any]:
+def _cleaned(attributes: types.Attributes, memo: _Memo | None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in (attributes or {}).items():
         cleaned = _clean(key, value, memo)
