@@ -12,6 +12,7 @@ whole: its attributes, events and (when captured) its messages.
 from __future__ import annotations
 
 import json
+import operator
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -52,6 +53,28 @@ _MESSAGE_ATTRIBUTES: Final = (
 
 
 def _fmt_duration(ns: int) -> str:
+    """``0.25ms``, ``250ms``, ``2.50s``, ``1m02.5s``: as the float formatting below rounds.
+
+    Under a minute the digits are worked out in integers (this runs for every row of a big
+    run, and float formatting was most of its cost). They are the float's: a float quotient
+    is off by far less than one nanosecond, so it rounds the same way except on an exact tie,
+    which is left to the float.
+    """
+    if type(ns) is int and 0 <= ns < 60_000_000_000:
+        if ns < 1_000_000:  # hundredths of a millisecond
+            units, remainder = divmod(ns, 10_000)
+            if remainder != 5_000:
+                units += remainder > 5_000
+                return f"{units // 100}.{units % 100:02d}ms"
+        elif ns < 1_000_000_000:  # milliseconds
+            units, remainder = divmod(ns, 1_000_000)
+            if remainder != 500_000:
+                return f"{units + (remainder > 500_000)}ms"
+        else:  # hundredths of a second
+            units, remainder = divmod(ns, 10_000_000)
+            if remainder != 5_000_000:
+                units += remainder > 5_000_000
+                return f"{units // 100}.{units % 100:02d}s"
     seconds = ns / 1e9
     if seconds < 0.001:
         return f"{ns / 1e6:.2f}ms"
@@ -109,38 +132,85 @@ def _ranked_keys(attrs: Mapping[str, AttrValue], suffix: str, exclude: str) -> t
     return ranked
 
 
-def _pick(attrs: Mapping[str, AttrValue], suffix: str, exclude: str = "cache") -> float | None:
-    """A numeric attribute ending in ``suffix``: the standard ``gen_ai.usage`` one first, else
-    the best roll-up by :func:`_rollup_rank`; cache counts are left out (they are part of the
-    input already)."""
-    standard = _number(attrs.get(f"gen_ai.usage.{suffix}"))
-    if standard is not None:
-        return standard
-    for key in _ranked_keys(attrs, suffix, exclude):
-        num = _number(attrs[key])
-        if num is not None:
-            return num
+class _FigureKeys(NamedTuple):
+    """Where a span's figures are, best first (see :func:`_figure_keys`)."""
+
+    tokens_in: tuple[str, ...]
+    tokens_out: tuple[str, ...]
+    cost: tuple[str, ...]
+    rolled: bool  # no standard ``gen_ai.usage`` count: the tokens are a roll-up
+
+
+_FIGURE_KEYS: dict[tuple[str, ...], _FigureKeys] = {}
+
+
+def _figure_keys(attrs: Mapping[str, AttrValue]) -> _FigureKeys:
+    """The keys of ``attrs`` that may hold its tokens (the standard ``gen_ai.usage`` count
+    first, else the best roll-up by :func:`_rollup_rank`; cache counts are left out, they are
+    part of the input already) and its cost.
+
+    Depends on the keys alone, so it is worked out once per key set (a big run's spans have
+    a few between them): a row then reads only the keys that may hold its figures.
+    """
+    keys = tuple(attrs)
+    found = _FIGURE_KEYS.get(keys)
+    if found is None:
+        picked: list[tuple[str, ...]] = []
+        for suffix in ("input_tokens", "output_tokens"):
+            standard = f"gen_ai.usage.{suffix}"
+            ranked = _ranked_keys(attrs, suffix, "cache")
+            if standard in attrs:
+                ranked = (standard, *(k for k in ranked if k != standard))
+            picked.append(ranked)
+        rolled = (
+            "gen_ai.usage.input_tokens" not in attrs and "gen_ai.usage.output_tokens" not in attrs
+        )
+        found = _FigureKeys(picked[0], picked[1], _ranked_keys(attrs, "cost", ""), rolled)
+        if len(_FIGURE_KEYS) >= _RANKED_LIMIT:
+            _FIGURE_KEYS.clear()
+        _FIGURE_KEYS[keys] = found
+    return found
+
+
+def _first_number(attrs: Mapping[str, AttrValue], keys: tuple[str, ...]) -> float | None:
+    """The first of ``keys`` in ``attrs`` that holds a number (not a bool), as a float."""
+    for key in keys:
+        value = attrs[key]
+        kind = type(value)
+        if kind is int or kind is float:
+            return float(value)  # type: ignore[arg-type]
+        number = _number(value)
+        if number is not None:
+            return number
     return None
 
 
-def _tokens_cell(attrs: Mapping[str, AttrValue]) -> str:
+def _tokens_text(tokens_in: float | None, tokens_out: float | None, rolled: bool) -> str:
     """``in→out`` tokens; ``Σ`` marks a roll-up (an agent's subtree) rather than one call."""
-    tokens_in = _pick(attrs, "input_tokens")
-    tokens_out = _pick(attrs, "output_tokens")
     if tokens_in is None and tokens_out is None:
         return ""
-    rolled = "gen_ai.usage.input_tokens" not in attrs and "gen_ai.usage.output_tokens" not in attrs
     left = _fmt_count(tokens_in) if tokens_in is not None else "?"
     right = _fmt_count(tokens_out) if tokens_out is not None else "?"
     return f"{'Σ' if rolled else ''}{left}→{right}"
 
 
+def _tokens_cell(attrs: Mapping[str, AttrValue]) -> str:
+    """The tokens column of a span (see :func:`_tokens_text`)."""
+    where = _figure_keys(attrs)
+    return _tokens_text(
+        _first_number(attrs, where.tokens_in), _first_number(attrs, where.tokens_out), where.rolled
+    )
+
+
+def _cost_text(cost: float | None) -> str:
+    if cost is None:
+        return ""
+    return f"${cost:.2f}" if cost >= 1 else f"${cost:.4f}"
+
+
 def _cost_cell(attrs: Mapping[str, AttrValue]) -> str:
-    for key in _ranked_keys(attrs, "cost", ""):
-        cost = _number(attrs[key])
-        if cost is not None:
-            return f"${cost:.2f}" if cost >= 1 else f"${cost:.4f}"
-    return ""
+    """The cost column of a span: its best cost figure, in dollars."""
+    return _cost_text(_first_number(attrs, _figure_keys(attrs).cost))
 
 
 def _status_parts(span: SpanRecord, secrets: tuple[str, ...]) -> tuple[str, str, str]:
@@ -222,20 +292,23 @@ def _walk(
     for top in pending:
         if top.span_id in seen:
             continue
+        # (span, its guide, the guide its children's rows start with): siblings share theirs
         stack: list[tuple[SpanRecord, str, str]] = [(top, "", "")]
         while stack:
-            span, prefix, connector = stack.pop()
-            if span.span_id in seen:
+            span, guide, below = stack.pop()
+            span_id = span.span_id
+            if span_id in seen:
                 continue
-            seen.add(span.span_id)
-            below = prefix + ("" if not connector else ("   " if connector == "└─ " else "│  "))
-            kids = children.get(span.span_id, ())
-            if folded is not None and span.span_id in folded:
-                _mark_seen(span.span_id, children, seen)
+            seen.add(span_id)
+            kids = children.get(span_id, ())
+            if folded is not None and span_id in folded:
+                _mark_seen(span_id, children, seen)
                 kids = ()
-            yield span, prefix + connector, below + ("│  " if kids else "   ")
-            for index in range(len(kids) - 1, -1, -1):
-                stack.append((kids[index], below, "└─ " if index == len(kids) - 1 else "├─ "))
+            yield span, guide, below + ("│  " if kids else "   ")
+            if kids:
+                stack.append((kids[-1], below + "└─ ", below + "   "))
+                middle, under = below + "├─ ", below + "│  "
+                stack.extend([(kid, middle, under) for kid in reversed(kids[:-1])])
 
 
 def _mark_seen(span_id: str, children: Mapping[str, Sequence[SpanRecord]], seen: set[str]) -> int:
@@ -357,6 +430,8 @@ class _Layout(NamedTuple):
     fit_names: bool
 
 
+_START_AND_NAME: Final = operator.attrgetter("start_ns", "name")
+"""How siblings are ordered: by start time, then name."""
 _GAP: Final = "  "
 _CHUNK_LINES: Final = 2000
 """Lines handed to rich at once: a big run's 65,000 rows as one Text took hundreds of MB."""
@@ -422,36 +497,46 @@ def _print_plain(console: Console, rows: Sequence[_Row], layout: _Layout) -> Non
     # a row's cells but its status's: the name's column, the timeline, the figures, the gaps
     before_status = name_cells + 2 + bar + sum(2 + cells for _k, cells in shown) + 2
     lines = [_fit_line(_header(layout), width)]
-    for row in rows:
-        first, last = _bar_cells(row.span, t0, total, bar)
-        label = row.guide + row.label  # _fit(label, name_cells, pad=True), its cells known
-        if row.label_cells > name_cells:
+    append = lines.append
+    # the texts of a big run's rows repeat: its bars, and what follows the duration
+    bars: dict[tuple[int, int], str] = {}
+    ends: dict[tuple[str, str, tuple[str, str, str]], str] = {}
+    duration_cells = layout.figure_widths[0]  # always shown, first (see _render_trace)
+    rest = [(k, cells) for k, cells in shown if k]
+    for span, guide, label, label_cells, status_cells, figures, status, below, details in rows:
+        if total > 0:  # as _bar_cells
+            first = min(bar - 1, (span.start_ns - t0) * bar // total)
+            last = min(bar, max(first + 1, -(-(span.end_ns - t0) * bar // total)))
+        else:
+            first, last = 0, bar
+        drawn = bars.get((first, last))
+        if drawn is None:
+            drawn = bars[first, last] = "".join(
+                (_GAP, "·" * first, "█" * (last - first), "·" * (bar - last), _GAP)
+            )
+        said = (figures[1], figures[2], status)
+        end = ends.get(said)
+        if end is None:
+            parts = [_GAP + figures[k].rjust(cells) for k, cells in rest]
+            end = ends[said] = "".join([*parts, _GAP, *status])
+        label = guide + label  # _fit(label, name_cells, pad=True), its cells known
+        if label_cells > name_cells:
             label = set_cell_size(label, name_cells - 1) + "…"
-        elif row.label_cells < name_cells:
-            label += " " * (name_cells - row.label_cells)
-        parts = [
-            label,
-            _GAP,
-            "·" * first,
-            "█" * (last - first),
-            "·" * (bar - last),
-        ]
-        for k, cells in shown:
-            parts.append(_GAP + row.figures[k].rjust(cells))
-        parts.append(_GAP)
-        parts.extend(row.status)
-        line = "".join(parts)
-        if before_status + row.status_cells > width or len(line) > width:
+        elif label_cells < name_cells:
+            label += " " * (name_cells - label_cells)
+        line = label + drawn + figures[0].rjust(duration_cells) + end
+        if before_status + status_cells > width or len(line) > width:
             line = _fit_line(line, width)
-        lines.append(line)
-        for text, _style in row.details:
-            detail = row.below + text
+        append(line)
+        for text, _style in details:
+            detail = below + text
             if not layout.fit_names:  # piped: whole (up to _DETAIL_CHARS)
                 detail = _fit(detail, width)
-            lines.append(_fit_line(detail, width))
+            append(_fit_line(detail, width))
         if len(lines) >= _CHUNK_LINES:
             console.print(Segments([Segment("\n".join(lines) + "\n")]), crop=False)
             lines = []
+            append = lines.append
     if lines:
         console.print(Segments([Segment("\n".join(lines) + "\n")]), crop=False)
 
@@ -565,7 +650,7 @@ def _render_trace(
             if span.span_id not in root_ids and span.parent_span_id is not None:
                 children[span.parent_span_id].append(span)
         for kids in children.values():
-            kids.sort(key=lambda s: (s.start_ns, s.name))
+            kids.sort(key=_START_AND_NAME)
         by_id = {s.span_id: s for s in group}
         folded: set[str] | None = None
         if depth is not None:
@@ -609,20 +694,59 @@ def _render_trace(
         status_widths: dict[tuple[str, str, str], int] = {}
         status_memo: dict[tuple[object, ...], tuple[str, str, str]] = {}
         rows: list[_Row] = []
+        append = rows.append
+        # per row, written for speed (a big run has tens of thousands): the figures' keys are
+        # worked out once per key set, equal texts made once, and a row without details
+        # skips _details
+        tokens_memo: dict[tuple[float | None, float | None, bool], str] = {}
+        costs: set[str] = set()
+        guide_cells: dict[str, int | None] = {}
+        figure_keys = _FIGURE_KEYS.get
+        duration_width = name_width = 0
         for span, guide, below in _walk(group, roots, children, folded):
+            span_id = span.span_id
             inside = (
-                _mark_seen(span.span_id, children, set())
-                if folded is not None and span.span_id in folded
+                _mark_seen(span_id, children, set())
+                if folded is not None and span_id in folded
                 else 0
             )
             attributes = span.attributes
-            figures = (
-                _fmt_duration(span.duration_ns),
-                _tokens_cell(attributes),
-                _cost_cell(attributes),
-            )
-            details = _details(span, by_id.get(span.parent_span_id or ""), inside, safe)
-            name = _label(span, safe)
+            where = figure_keys(tuple(attributes)) or _figure_keys(attributes)
+            tokens_in = tokens_out = None
+            if where.tokens_in:
+                value = attributes[where.tokens_in[0]]
+                if type(value) is int:  # the common case of _first_number, inline
+                    tokens_in = float(value)
+                else:
+                    tokens_in = _first_number(attributes, where.tokens_in)
+            if where.tokens_out:
+                value = attributes[where.tokens_out[0]]
+                if type(value) is int:
+                    tokens_out = float(value)
+                else:
+                    tokens_out = _first_number(attributes, where.tokens_out)
+            said_tokens = (tokens_in, tokens_out, where.rolled)
+            tokens = tokens_memo.get(said_tokens)
+            if tokens is None:
+                tokens = tokens_memo[said_tokens] = _tokens_text(*said_tokens)
+            duration = _fmt_duration(max(0, span.end_ns - span.start_ns))
+            if len(duration) > duration_width:
+                duration_width = len(duration)
+            if where.cost:
+                cost = _cost_text(_first_number(attributes, where.cost))
+                costs.add(cost)
+            else:
+                cost = ""
+            figures = (duration, tokens, cost)
+            name = span.name
+            details: Sequence[tuple[str, str]] = ()
+            if inside or span.events or span.status == "ERROR" or name.startswith("invoke_agent"):
+                details = _details(span, by_id.get(span.parent_span_id or ""), inside, safe)
+            path = attributes.get(_PATH)
+            if name.startswith("invoke_agent") and isinstance(path, str) and path:
+                name = f"invoke_agent {safe(path.rsplit('/', 1)[-1])}"  # as _label
+            else:
+                name = safe(name)
             outcome, error_type = attributes.get(_OUTCOME), attributes.get("error.type")
             # what _status_parts depends on (types too: True and 1 are equal keys)
             said = (span.status, type(outcome), outcome, type(error_type), error_type)
@@ -636,31 +760,35 @@ def _render_trace(
             status_cells = status_widths.get(status)
             if status_cells is None:
                 status_cells = status_widths[status] = _cell_len("".join(status))
-            rows.append(
-                _Row(
-                    span,
-                    share(guide, guide),
-                    share(name, name),
-                    _cell_len(guide + name),
-                    status_cells,
-                    share(figures, figures),
-                    status,
-                    share(below, below),
-                    details or (),
-                )
-            )
+            # cells of the guide and the name: their lengths when both are one cell a
+            # character (the guide's glyphs, printable ASCII), as _cell_len says
+            cells = guide_cells.get(guide, -1)
+            if cells == -1:
+                cells = guide_cells[guide] = None if _NOT_NARROW.search(guide) else len(guide)
+            if cells is not None and name.isascii() and name.isprintable():
+                cells += len(name)
+            else:
+                cells = _cell_len(guide + name)
+            if cells > name_width:
+                name_width = cells
+            figures = share(figures, figures)  # equal ones are common: durations repeat
+            below = share(below, below)
+            row = (span, guide, name, cells, status_cells, figures, status, below, details)
+            append(tuple.__new__(_Row, row))  # _Row(*row), without its Python-level __new__
         del shared
+        # every row's tokens and cost are among these (each text once)
+        tokens_shown = tokens_memo.values()
         figure_widths = [
-            max(len(header), *(len(row.figures[k]) for row in rows))
-            for k, header in enumerate(("duration", "tokens", "cost"))
+            max(len("duration"), duration_width),
+            max(len("tokens"), *map(len, tokens_shown)),
+            max(len("cost"), *map(len, costs), 0),
         ]
         show_figure = [
             True,
-            any(r.figures[1] and any(c.isdigit() and c != "0" for c in r.figures[1]) for r in rows),
-            any(r.figures[2] and r.figures[2] not in ("$0.0000",) for r in rows),
+            any(t and any(c.isdigit() and c != "0" for c in t) for t in tokens_shown),
+            any(c and c not in ("$0.0000",) for c in costs),
         ]
         status_width = max(len("status"), *status_widths.values())
-        name_width = max(row.label_cells for row in rows)
         fixed = sum(w for w, on in zip(figure_widths, show_figure, strict=True) if on)
         gaps = 2 * (2 + sum(show_figure))
         if bar_width is None:  # names get up to 40 cells before the timeline shrinks to 10
@@ -691,10 +819,13 @@ def _render_trace(
             _print_plain(console, rows, layout)
         else:
             _print_styled(console, rows, layout, secrets)
-        chat_in = sum(_number(s.attributes.get("gen_ai.usage.input_tokens")) or 0.0 for s in group)
-        chat_out = sum(
-            _number(s.attributes.get("gen_ai.usage.output_tokens")) or 0.0 for s in group
-        )
+        chat_in = chat_out = 0.0
+        for span in group:
+            attributes = span.attributes
+            if "gen_ai.usage.input_tokens" in attributes:
+                chat_in += _number(attributes["gen_ai.usage.input_tokens"]) or 0.0
+            if "gen_ai.usage.output_tokens" in attributes:
+                chat_out += _number(attributes["gen_ai.usage.output_tokens"]) or 0.0
         if chat_in or chat_out:
             console.print(
                 Text(

@@ -153,3 +153,73 @@ def test_a_tree_longer_than_a_chunk_is_printed_whole_and_in_order(tmp_path: Path
     render_trace(load_trace(path), Console(file=out, width=100), fit_names=True)
     steps = re.findall(r"execute_tool (step\d+)", out.getvalue())
     assert steps == [f"step{i:05d}" for i in range(4500)]
+
+
+def _float_duration(ns: int) -> str:
+    """How a duration was written before it was worked out in integers (the reference)."""
+    seconds = ns / 1e9
+    if seconds < 0.001:
+        return f"{ns / 1e6:.2f}ms"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 60:
+        return f"{seconds:.2f}s"
+    minutes, rest = divmod(seconds, 60)
+    return f"{int(minutes)}m{rest:04.1f}s"
+
+
+def test_durations_are_written_as_the_float_formatting_rounds_them() -> None:
+    from orchestrator.tracing.view import _fmt_duration
+
+    samples = {0, 1, 59_999_999_999, 60_000_000_000, 61_234_567_890, 3_600 * 10**9}
+    for unit in (10_000, 1_000_000, 10_000_000, 1_000_000_000):
+        for k in (0, 1, 7, 99, 100, 999, 1000, 5999):
+            for at in (k * unit, k * unit + unit // 2):  # on a rounding step, and a tie
+                samples.update(at + d for d in (-2, -1, 0, 1, 2) if at + d >= 0)
+    for ns in sorted(samples):
+        assert _fmt_duration(ns) == _float_duration(ns), ns
+
+
+def test_a_rows_figures_come_from_its_own_values_whatever_spans_share_its_keys(
+    tmp_path: Path,
+) -> None:
+    """Where the figures are is worked out once per set of attribute keys; the values are
+    each span's: the standard count first, else the best roll-up (not a bool, not a text,
+    not a cache count), and the best cost."""
+    rows = [
+        ("a1", {"gen_ai.usage.input_tokens": 1200, "gen_ai.usage.output_tokens": 30}),
+        ("a2", {"gen_ai.usage.input_tokens": "many", "gen_ai.usage.output_tokens": 5}),
+        ("b1", {"orchestrator.usage.input_tokens": 2_500_000, "orchestrator.cost_usd": 1.5}),
+        ("b2", {"orchestrator.usage.input_tokens": True, "orchestrator.cost_usd": 0.25}),
+        ("c1", {"x.cache_read.input_tokens": 9, "x.own.output_tokens": 4}),
+    ]
+    spans = [
+        {
+            "traceId": "ef" * 16,
+            "spanId": f"{i + 1:016x}",
+            **({"parentSpanId": f"{1:016x}"} if i else {}),
+            "name": f"chat {name}",
+            "startTimeUnixNano": str(T0 + i),
+            "endTimeUnixNano": str(T0 + i + 10**6),
+            "attributes": [
+                {"key": k, "value": {"boolValue": v}} if isinstance(v, bool) else kv(k, v)
+                for k, v in attributes.items()
+            ],
+        }
+        for i, (name, attributes) in enumerate(rows)
+    ]
+    doc = {"resourceSpans": [{"scopeSpans": [{"scope": {"name": "x"}, "spans": spans}]}]}
+    path = tmp_path / "figures.jsonl"
+    path.write_text(json.dumps(doc) + "\n")
+    out = io.StringIO()
+    render_trace(load_trace(path), Console(file=out, width=200), fit_names=True)
+    lines = {
+        m.group(1): line
+        for line in out.getvalue().splitlines()
+        if (m := re.search(r"chat (\w+)", line))
+    }
+    assert "1.2k→30 " in lines["a1"]
+    assert "?→5 " in lines["a2"]  # a text is no count, and no roll-up stands in for it
+    assert "Σ2.5M→? " in lines["b1"] and "$1.50 " in lines["b1"]
+    assert "→" not in lines["b2"] and "$0.2500 " in lines["b2"]  # True is no count
+    assert "Σ?→4 " in lines["c1"]  # a cache count is part of the input already
