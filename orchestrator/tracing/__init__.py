@@ -17,14 +17,14 @@ from .content import CONTENT_CAPTURE_ENV as CONTENT_CAPTURE_ENV
 from .content import content_capture_enabled as content_capture_enabled
 from .content import content_for_span as content_for_span
 from .flush import flush_tracer_provider as flush_tracer_provider
-from .otlp_json import decode_otlp_json as decode_otlp_json
-from .otlp_json import encode_otlp_json as encode_otlp_json
 
 if TYPE_CHECKING:
     from .endpoints import Protocol as Protocol
     from .endpoints import resolve_otlp_endpoint as resolve_otlp_endpoint
     from .endpoints import resolve_protocol as resolve_protocol
     from .exporters import OtlpJsonLinesExporter as OtlpJsonLinesExporter
+    from .otlp_json import decode_otlp_json as decode_otlp_json
+    from .otlp_json import encode_otlp_json as encode_otlp_json
     from .setup import DEFAULT_SERVICE_NAME as DEFAULT_SERVICE_NAME
     from .setup import TracingSetup as TracingSetup
     from .setup import configure_tracing as configure_tracing
@@ -52,6 +52,8 @@ _LAZY: dict[str, str] = {
     "Protocol": ".endpoints",
     "TracingSetup": ".setup",
     "configure_tracing": ".setup",
+    "decode_otlp_json": ".otlp_json",
+    "encode_otlp_json": ".otlp_json",
     "resolve_otlp_endpoint": ".endpoints",
     "resolve_protocol": ".endpoints",
 }
