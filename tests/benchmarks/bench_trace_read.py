@@ -53,21 +53,15 @@ def write_runs(jobs: list[tuple[Path, int]], k: int) -> None:
 
 def _write_run(path: Path, n: int, k: int) -> None:
     import trio
-    from bench_tracing_cost import ROOT, make_model
+    from bench_tracing_cost import ROOT, limits_for, make_model
 
-    from orchestrator import Limits, run
+    from orchestrator import run
     from orchestrator.tracing import configure_tracing
 
     path.parent.mkdir(parents=True, exist_ok=True)
     setup = configure_tracing(run_file=path, keep_file=True, set_global=False)
     model = make_model(n, k, [0])
-    limits = Limits(
-        max_children=max(n, 1),
-        max_agents=n + 1,
-        max_concurrency=n + 1,
-        token_budget=10**12,
-        max_turns=k + 2,
-    )
+    limits = limits_for(n, k)
 
     async def main() -> Any:
         return await run(

@@ -98,6 +98,17 @@ def make_model(n: int, k: int, counter: list[int]) -> FunctionModel:
     return FunctionModel(answer, name="bench-fn")
 
 
+def limits_for(n: int, k: int) -> Limits:
+    """Limits the workload never hits: every child at once, K tool turns each."""
+    return Limits(
+        max_children=max(n, 1),
+        max_agents=n + 1,
+        max_concurrency=n + 1,
+        token_budget=10**12,
+        max_turns=k + 2,
+    )
+
+
 def expected_calls(n: int, k: int) -> int:
     return 2 + n * (k + 1)
 
@@ -121,11 +132,19 @@ class Receiver:
         assert self.proc.stdout is not None and self.proc.stdin is not None
         self.endpoint = self.proc.stdout.readline().strip()
 
-    def count(self) -> int:
+    def _ask(self, what: str) -> int:
         assert self.proc.stdout is not None and self.proc.stdin is not None
-        self.proc.stdin.write("count\n")
+        self.proc.stdin.write(f"{what}\n")
         self.proc.stdin.flush()
         return int(self.proc.stdout.readline())
+
+    def count(self) -> int:
+        """How many spans the receiver holds."""
+        return self._ask("count")
+
+    def clear(self) -> None:
+        """Forget the spans received so far (between runs)."""
+        self._ask("clear")
 
     def wait_for(self, spans: int, timeout: float = 30.0) -> int:
         deadline = time.monotonic() + timeout
@@ -210,13 +229,7 @@ def one_run(config: str, n: int, k: int, receiver: Receiver | None) -> dict[str,
     provider, handle = setup_for(config, folder, receiver)
     counter = [0]
     model = make_model(n, k, counter)
-    limits = Limits(
-        max_children=max(n, 1),
-        max_agents=n + 1,
-        max_concurrency=n + 1,
-        token_budget=10**12,
-        max_turns=k + 2,
-    )
+    limits = limits_for(n, k)
 
     async def main() -> Any:
         return await run(
@@ -243,9 +256,7 @@ def one_run(config: str, n: int, k: int, receiver: Receiver | None) -> dict[str,
             raise RuntimeError(f"{config}: {spans} spans arrived, expected {expected_spans(n, k)}")
     shutil.rmtree(folder)
     if receiver is not None and config == "otlp":
-        receiver.proc.stdin.write("clear\n")  # type: ignore[union-attr]
-        receiver.proc.stdin.flush()  # type: ignore[union-attr]
-        receiver.proc.stdout.readline()  # type: ignore[union-attr]
+        receiver.clear()
     return {"cpu_s": cpu, "wall_s": wall, "calls": counter[0], "spans": spans}
 
 
