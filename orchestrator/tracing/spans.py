@@ -12,7 +12,8 @@ No secret reaches a span, whoever chose the text: a span's name and every string
 event attribute and status message written through :func:`span` are redacted
 (:func:`~orchestrator.core.redact.redact`, with the run's snapshot), with content capture on or
 off. A tool name the model made up, a call id, an agent or model name, a stop reason, an error
-type: all pass through :class:`_RedactedSpan`, the span :func:`span` hands out.
+type: all pass through :class:`_RedactedSpan`, the span :func:`span` hands out, or through a
+:class:`~.direct.DirectSpan`, which redacts what it is given itself.
 """
 
 from __future__ import annotations
