@@ -72,7 +72,8 @@ class _Diagnostics:
     silences them instead of raising in the middle of the run, which would cancel it."""
 
     def __init__(self, stream: TextIO | None) -> None:
-        self._stream: TextIO = stream if stream is not None else open(os.devnull, "w")  # noqa: SIM115
+        self._devnull: TextIO | None = None  # opened here (closed by close_own)
+        self._stream: TextIO = stream if stream is not None else self._null()
 
     def write(self, text: str) -> int:
         try:
@@ -99,7 +100,18 @@ class _Diagnostics:
     def _silence(self) -> None:
         with contextlib.suppress(OSError, ValueError):  # (a closed stream has no fd left)
             _to_devnull(self._stream)
-        self._stream = open(os.devnull, "w")  # noqa: SIM115
+        self._stream = self._null()
+
+    def _null(self) -> TextIO:
+        if self._devnull is None:
+            self._devnull = open(os.devnull, "w")  # noqa: SIM115
+        return self._devnull
+
+    def close_own(self) -> None:
+        """Close what this wrapper opened (the null device), never the stream it wraps: when
+        :func:`main` returns, ``sys.stderr`` is that stream again."""
+        if self._devnull is not None:
+            self._devnull.close()
 
     def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding, ... as the stream's
         return getattr(self._stream, name)
@@ -306,10 +318,23 @@ def _command(name: str) -> Callable[[argparse.Namespace], int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``orchestrator`` console script."""
-    args = build_parser().parse_args(argv)
+    """Entry point of the ``orchestrator`` console script: the exit code.
+
+    Re-entrant, so a program (or a test) may call it again and again in one process: it
+    returns argparse's exit code (``--help``, ``--version``, bad usage) instead of raising
+    SystemExit, and leaves the process as it found it: ``sys.stderr``, ``logging.lastResort``,
+    signal handlers and the interval timer (:class:`~.run._SignalGuard`), the environment
+    (``--corpus``), and the global tracer provider (a run's spans go through a provider of its
+    own). Not restored: a stdout or stderr whose reader went away, whose file descriptor points
+    at the null device from then on (see :func:`_to_devnull`).
+    """
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # argparse's --help, --version and usage errors
+        return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else EXIT_USAGE
     stderr = sys.stderr
-    sys.stderr = cast(TextIO, _Diagnostics(stderr))
+    diagnostics = _Diagnostics(stderr)
+    sys.stderr = cast(TextIO, diagnostics)
     try:
         with _safe_last_resort():
             code = _command(args.command)(args)
@@ -322,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         sys.stderr = stderr
+        diagnostics.close_own()
     return code
 
 

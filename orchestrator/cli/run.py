@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
@@ -36,6 +37,8 @@ from ..core.terminal import terminal_safe
 from .main import EXIT_CODES, UsageError, _stdout_to_devnull, without_userinfo
 
 if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+
     from ..core.journal_sqlite import SQLiteJournal
     from ..core.runner import ChildRunner
 
@@ -152,6 +155,7 @@ async def _run_tree(
     journal: SQLiteJournal | None = None,
     runner: ChildRunner | None = None,
     approve: str = "none",
+    tracer_provider: TracerProvider | None = None,
 ) -> RunResult:
     from ..core.policy import Policy
     from ..core.run import open_run
@@ -175,6 +179,7 @@ async def _run_tree(
             event_buffer=4096 if progress != "none" else 0,
             runner=runner,
             log_dir=log_dir,
+            tracer_provider=tracer_provider,
         ) as handle:
             guard.watch(handle)
             async with trio.open_nursery() as nursery:
@@ -234,21 +239,37 @@ class _SignalGuard:
         self._alarms = 0
         self._stopped_tool = False
         self._previous: dict[int, Any] = {}
+        self._timer = (0.0, 0.0)  # the interval timer as it was: (seconds left, interval)
+        self._entered = 0.0
 
     def __enter__(self) -> _SignalGuard:
         if threading.current_thread() is not threading.main_thread():
             return self  # signals reach the main thread only: nothing to guard here
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            self._previous[signum] = signal.signal(signum, self._on_signal)
-        self._previous[signal.SIGALRM] = signal.signal(signal.SIGALRM, self._on_alarm)
+        try:
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._previous[signum] = signal.signal(signum, self._on_signal)
+            self._previous[signal.SIGALRM] = signal.signal(signal.SIGALRM, self._on_alarm)
+            # the program's own timer (main() may run inside one) pauses while ours is used
+            self._timer = signal.setitimer(signal.ITIMER_REAL, 0)
+            self._entered = time.monotonic()
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc_info: object) -> None:
+        """Everything as it was before the run: the timer stopped, the handlers put back, and
+        a timer the program had set going again with the time it had left."""
         if not self._previous:
             return
         signal.setitimer(signal.ITIMER_REAL, 0)
-        for signum, previous in self._previous.items():
-            signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+        previous, self._previous = self._previous, {}
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        left, interval = self._timer
+        if left > 0:  # due while the run went on: at once (setitimer takes 0 as "off")
+            due = left - (time.monotonic() - self._entered)
+            signal.setitimer(signal.ITIMER_REAL, max(due, 1e-6), interval)
 
     def watch(self, handle: Any) -> None:
         """Guard ``handle``'s run: arm the deadline watchdog (a signal before it started
@@ -333,23 +354,27 @@ def _summary(result: RunResult, wall: float, trace: str) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    _use_corpus(args)
-    defined = load_agent(args.target)
-    run_id = uuid.uuid4().hex
-    journal = None
-    if not (args.no_journal or args.dry_run):
-        journal = _JournalPlan(Path(args.runs_dir) / f"{run_id}.db", _tree_ref(args.target))
-    return _launch(args, defined, args.prompt, run_id, journal)
+    with _corpus_for(args):
+        defined = load_agent(args.target)
+        run_id = uuid.uuid4().hex
+        journal = None
+        if not (args.no_journal or args.dry_run):
+            journal = _JournalPlan(Path(args.runs_dir) / f"{run_id}.db", _tree_ref(args.target))
+        return _launch(args, defined, args.prompt, run_id, journal)
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     """``orchestrator resume RUN``: the run's journal replayed, then the run goes on; the
     answer, summary and exit codes as for ``orchestrator run``. A journal that cannot be
     resumed (missing, in use, of another tree) exits 2 with one line."""
+    with _corpus_for(args):
+        return _resume(args)
+
+
+def _resume(args: argparse.Namespace) -> int:
     from ..core.journal_sqlite import read_header
     from ..core.resume import check_tree
 
-    _use_corpus(args)
     path = _journal_path(args.run, Path(args.runs_dir))
     try:
         header = read_header(path)
@@ -423,21 +448,36 @@ def _journal_path(run: str, runs_dir: Path) -> Path:
     return found[0]
 
 
-def _use_corpus(args: argparse.Namespace) -> None:
-    # read by the research tools when they first open the corpus; a folder asked for by name
-    # (the option, or the variable set on purpose) must exist, or every search would fail
-    # and the run would still "complete"
-    if args.corpus is not None:
-        if not args.corpus.strip():  # an unset $DOCS: Path("") is the current folder
-            raise UsageError("--corpus: empty path; name a folder")
-        corpus = Path(args.corpus)
-        if not corpus.is_dir():
-            raise UsageError(f"--corpus: no such folder: {corpus}")
-        os.environ["ORCHESTRATOR_CORPUS"] = str(corpus.resolve())
-    elif os.environ.get("ORCHESTRATOR_CORPUS"):
-        corpus = Path(os.environ["ORCHESTRATOR_CORPUS"]).expanduser()  # as the corpus reads it
-        if not corpus.is_dir():
-            raise UsageError(f"ORCHESTRATOR_CORPUS: no such folder: {corpus}")
+_CORPUS_ENV = "ORCHESTRATOR_CORPUS"  # research.tools.CORPUS_ENV (not imported: loads the corpus)
+
+
+@contextlib.contextmanager
+def _corpus_for(args: argparse.Namespace) -> Iterator[None]:
+    """``--corpus DIR`` as ``ORCHESTRATOR_CORPUS`` while the command runs (the research tools
+    read it when they first open the corpus; a ``local:N`` Dask worker inherits it), and the
+    variable as it was afterwards. A folder asked for by name (the option, or the variable set
+    on purpose) must exist, or every search would fail and the run would still "complete"."""
+    if args.corpus is None:
+        if os.environ.get(_CORPUS_ENV):
+            corpus = Path(os.environ[_CORPUS_ENV]).expanduser()  # as the corpus reads it
+            if not corpus.is_dir():
+                raise UsageError(f"{_CORPUS_ENV}: no such folder: {corpus}")
+        yield
+        return
+    if not args.corpus.strip():  # an unset $DOCS: Path("") is the current folder
+        raise UsageError("--corpus: empty path; name a folder")
+    corpus = Path(args.corpus)
+    if not corpus.is_dir():
+        raise UsageError(f"--corpus: no such folder: {corpus}")
+    before = os.environ.get(_CORPUS_ENV)
+    os.environ[_CORPUS_ENV] = str(corpus.resolve())
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(_CORPUS_ENV, None)
+        else:
+            os.environ[_CORPUS_ENV] = before
 
 
 def _launch(
@@ -487,77 +527,78 @@ def _launch(
             n += 1
         trace_name = f"{run_id}.resumed{n}.jsonl"
     try:
-        setup = configure_tracing(run_file=runs_dir / trace_name, keep_file=True)
+        # a provider of the run's own, not the global one: main() may run again in this
+        # process, and a program's global provider (and its processors) is not the CLI's
+        setup = configure_tracing(run_file=runs_dir / trace_name, keep_file=True, set_global=False)
     except ConfigurationError as exc:  # e.g. an OTEL_* variable with a value we cannot use
         raise UsageError(f"tracing: {exc}") from None
-    try:  # after the runs folder was checked (its trace file goes there too)
+    try:  # the setup shut down on every way out (a second shutdown does nothing)
+        # after the runs folder was checked (its trace file goes there too)
         journal = (
             None
             if journal_plan is None
             else journal_plan.open(defined, prompt, run_id, model, limits)
         )
-    except BaseException:
-        setup.shutdown()
-        raise
-    quiet = args.quiet or args.json
-    progress = "none" if quiet else ("live" if sys.stderr.isatty() else "plain")
-    started = time.perf_counter()
-    result: RunResult | None = None
-    try:
-        result = trio.run(
-            lambda: _run_tree(
-                agent,
-                prompt,
-                model=model,
-                limits=limits,
-                run_id=run_id,
-                journal=journal,
-                progress=progress,
-                out=err,
-                log_dir=runs_dir,  # an MCP server's stderr log beside the trace
-                runner=runner,
-                approve=_approve_mode(args),
+        quiet = args.quiet or args.json
+        progress = "none" if quiet else ("live" if sys.stderr.isatty() else "plain")
+        started = time.perf_counter()
+        result: RunResult | None = None
+        try:
+            result = trio.run(
+                lambda: _run_tree(
+                    agent,
+                    prompt,
+                    model=model,
+                    limits=limits,
+                    run_id=run_id,
+                    journal=journal,
+                    progress=progress,
+                    out=err,
+                    log_dir=runs_dir,  # an MCP server's stderr log beside the trace
+                    runner=runner,
+                    approve=_approve_mode(args),
+                    tracer_provider=setup.tracer_provider,
+                )
             )
-        )
-    except ConfigurationError as exc:
-        raise UsageError(str(exc)) from None
-    finally:
-        if journal is not None:
-            journal.close()
-            if result is None and journal_plan is not None and not journal_plan.resume:
-                journal.discard()  # the run never started: nothing to resume
-        if result is None:  # no answer to keep safe first
+        except ConfigurationError as exc:
+            raise UsageError(str(exc)) from None
+        finally:
+            if journal is not None:
+                journal.close()
+                if result is None and journal_plan is not None and not journal_plan.resume:
+                    journal.discard()  # the run never started: nothing to resume
+        wall = time.perf_counter() - started
+        if _mcp_did_not_start(result, mcp_names):  # bad input on the command line: exit 2
+            raise UsageError(str(result.error))
+        # an endpoint's user and password (https://user:token@host) are not for a log
+        where = without_userinfo(setup.endpoint) if setup.endpoint else "not exported"
+        trace = str(setup.trace_file) if setup.trace_file else where
+        if setup.endpoint and setup.trace_file:  # sent, and kept for `trace export` to re-send
+            trace = f"{where} file={setup.trace_file}"
+        # The answer goes out before the spans are flushed: a slow or dead collector can hold the
+        # flush for seconds, and a Ctrl-C then must not cost the answer (only unsent spans).
+        code = EXIT_CODES[result.status]
+        try:
+            _write_answer(
+                result,
+                args,
+                wall,
+                trace.split(" file=", 1)[0],
+                offline,
+                str(setup.trace_file) if setup.trace_file else None,
+            )
             setup.shutdown()
-    wall = time.perf_counter() - started
-    if _mcp_did_not_start(result, mcp_names):  # bad input on the command line: exit 2
+        except KeyboardInterrupt:
+            err.write("trace export interrupted: spans not yet sent are lost\n")
+            code = EXIT_CODES[RunStatus.CANCELLED]
+        if result.status is not RunStatus.COMPLETED and not args.json:
+            err.write(terminal_safe(f"run ended with {result.status.value}: {result.error}") + "\n")
+        if not (args.quiet or args.json):
+            err.write(terminal_safe(_summary(result, wall, trace)) + "\n")
+        return code
+
+    finally:
         setup.shutdown()
-        raise UsageError(str(result.error))
-    # an endpoint's user and password (https://user:token@host) are not for a log
-    where = without_userinfo(setup.endpoint) if setup.endpoint else "not exported"
-    trace = str(setup.trace_file) if setup.trace_file else where
-    if setup.endpoint and setup.trace_file:  # sent, and kept for `trace export` to re-send
-        trace = f"{where} file={setup.trace_file}"
-    # The answer goes out before the spans are flushed: a slow or dead collector can hold the
-    # flush for seconds, and a Ctrl-C then must not cost the answer (only unsent spans).
-    code = EXIT_CODES[result.status]
-    try:
-        _write_answer(
-            result,
-            args,
-            wall,
-            trace.split(" file=", 1)[0],
-            offline,
-            str(setup.trace_file) if setup.trace_file else None,
-        )
-        setup.shutdown()
-    except KeyboardInterrupt:
-        err.write("trace export interrupted: spans not yet sent are lost\n")
-        code = EXIT_CODES[RunStatus.CANCELLED]
-    if result.status is not RunStatus.COMPLETED and not args.json:
-        err.write(terminal_safe(f"run ended with {result.status.value}: {result.error}") + "\n")
-    if not (args.quiet or args.json):
-        err.write(terminal_safe(_summary(result, wall, trace)) + "\n")
-    return code
 
 
 def _approve_mode(args: argparse.Namespace) -> str:

@@ -275,9 +275,10 @@ def test_a_forked_child_exports_its_own_spans_through_a_thread_of_its_own(
     assert sorted(s.name for s in load_trace(setup.trace_file)) == ["child's", "parent's"]
 
 
-def test_the_clis_global_setup_takes_the_direct_road(tmp_path: Path) -> None:
-    # the CLI makes its provider the global one and runs with tracer_provider=None; a process
-    # has one global provider, hence a process of its own
+def test_a_global_setup_takes_the_direct_road(tmp_path: Path) -> None:
+    # a program that makes its provider the global one and runs with tracer_provider=None (the
+    # CLI passes a provider of its own, as the setup fixture's); a process has one global
+    # provider, hence a process of its own
     code = (
         "from orchestrator.tracing import configure_tracing\n"
         "from orchestrator.tracing.direct import DirectTracer\n"
