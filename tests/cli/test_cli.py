@@ -1,10 +1,12 @@
-"""The ``orchestrator`` command end to end, each test in a subprocess with its own working folder.
+"""The ``orchestrator`` command end to end, each test with its own working folder.
 
-Every test runs ``python -m orchestrator.cli`` with the test's ``tmp_path`` as the working
-directory (so ``runs/`` lands there), without ``ANTHROPIC_API_KEY`` and without any ``OTEL_*``
-variable (so traces are written as OTLP/JSON lines under ``runs/``). The agent trees are tiny
-files written into ``tmp_path``; none of them names an anthropic model except the offline-fallback
-ones, so most runs never import the anthropic SDK.
+Every test runs the command with the test's ``tmp_path`` as the working directory (so ``runs/``
+lands there), without ``ANTHROPIC_API_KEY`` and without any ``OTEL_*`` variable (so traces are
+written as OTLP/JSON lines under ``runs/``): in this process (the ``cli`` fixture,
+:mod:`support.cli`) where output, files and exit codes are the point, as
+``python -m orchestrator.cli`` where signals, a terminal, file descriptors or the entry point
+itself are. The agent trees are tiny files written into ``tmp_path``; none of them names an
+anthropic model except the offline-fallback ones, so most runs never import the anthropic SDK.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.cli import Cli, CliRun, cli_env
 
 from orchestrator import Agent
 from orchestrator.cli.main import EXIT_CODES
@@ -206,40 +209,13 @@ JSON_KEYS = {
 }
 
 
-def cli_env(**extra: str) -> dict[str, str]:
-    """The environment without an API key or any OTLP exporter setting."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k != "ANTHROPIC_API_KEY"
-        and not k.startswith("OTEL_")
-        and k not in ("NO_COLOR", "FORCE_COLOR", "TERM", "COLUMNS", "LINES")
-    }
-    env.update(COLUMNS="200", PYTHONIOENCODING="utf-8", **extra)
-    return env
-
-
-def orchestrator(
-    cwd: Path, *args: str, input: str | None = None, timeout: float = 30
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", *args],
-        cwd=cwd,
-        env=cli_env(),
-        input=input if input is not None else "",
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
 @pytest.fixture
 def work(tmp_path: Path) -> Path:
     (tmp_path / "agents.py").write_text(AGENTS)
     return tmp_path
 
 
-def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
+def one_line_error(proc: CliRun) -> str:
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()
@@ -265,8 +241,10 @@ def assert_spans_all_ended(trace: Path) -> list[SpanRecord]:
 # A run: answer, summary, trace.
 
 
-def test_a_run_prints_the_answer_on_stdout_and_one_summary_line_on_stderr(work: Path) -> None:
-    proc = orchestrator(work, "run", "agents.py", "What is the answer?")
+def test_a_run_prints_the_answer_on_stdout_and_one_summary_line_on_stderr(
+    cli: Cli, work: Path
+) -> None:
+    proc = cli("run", "agents.py", "What is the answer?")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "The answer is 42.\n"
     summaries = [line for line in proc.stderr.splitlines() if line.startswith("status=")]
@@ -285,6 +263,30 @@ def test_a_run_prints_the_answer_on_stdout_and_one_summary_line_on_stderr(work: 
     assert "offline" not in proc.stderr  # a scripted model is not replaced
 
 
+def test_python_m_orchestrator_cli_is_the_command(work: Path) -> None:
+    # the real entry point (the other tests here call main() in process, but for signals,
+    # terminals and file descriptors): the process exits with main()'s code, argparse's too
+    def command(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", *args],
+            cwd=work,
+            env=cli_env(),
+            input="",
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+
+    proc = command("run", "agents.py:looper", "go", "--max-turns", "2")
+    assert proc.returncode == EXIT_CODES[RunStatus.MAX_TURNS], proc.stderr
+    m = SUMMARY.search(proc.stderr)
+    assert m and m["status"] == "max_turns", proc.stderr
+    assert (work / m["trace"]).is_file() and "Traceback" not in proc.stderr
+    usage = command("run", "agents.py", "go", "--approve", "maybe")
+    assert usage.returncode == 2 and "invalid choice: 'maybe'" in usage.stderr
+    assert usage.stdout == ""
+
+
 @pytest.mark.parametrize(
     ("target", "options", "status"),
     [
@@ -298,9 +300,9 @@ def test_a_run_prints_the_answer_on_stdout_and_one_summary_line_on_stderr(work: 
     ids=lambda v: v.value if isinstance(v, RunStatus) else None,
 )
 def test_each_status_exits_with_its_documented_code(
-    work: Path, target: str, options: list[str], status: RunStatus
+    cli: Cli, work: Path, target: str, options: list[str], status: RunStatus
 ) -> None:
-    proc = orchestrator(work, "run", target, "go", *options)
+    proc = cli("run", target, "go", *options)
     expected = {
         "completed": 0,
         "error": 1,
@@ -324,8 +326,8 @@ def test_the_exit_codes_in_the_readme_match_the_cli() -> None:
     assert 2 not in EXIT_CODES.values()  # 2 is bad usage
 
 
-def test_json_prints_exactly_one_result_object_and_nothing_on_stderr(work: Path) -> None:
-    proc = orchestrator(work, "run", "agents.py", "go", "--json")
+def test_json_prints_exactly_one_result_object_and_nothing_on_stderr(cli: Cli, work: Path) -> None:
+    proc = cli("run", "agents.py", "go", "--json")
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     lines = proc.stdout.splitlines()
@@ -344,8 +346,10 @@ def test_json_prints_exactly_one_result_object_and_nothing_on_stderr(work: Path)
     assert doc["tree"]["agent"] == "solo" and doc["tree"]["children"] == []
 
 
-def test_json_reports_a_status_that_is_not_completed_with_its_exit_code(work: Path) -> None:
-    proc = orchestrator(work, "run", "agents.py:parrot", "go", "--json")
+def test_json_reports_a_status_that_is_not_completed_with_its_exit_code(
+    cli: Cli, work: Path
+) -> None:
+    proc = cli("run", "agents.py:parrot", "go", "--json")
     assert proc.returncode == 6
     doc = json.loads(proc.stdout)
     assert doc["status"] == "repeat_guard"
@@ -356,58 +360,59 @@ def test_json_reports_a_status_that_is_not_completed_with_its_exit_code(work: Pa
 # Bad inputs: one line, exit code 2, never a traceback.
 
 
-def test_a_missing_file_is_a_one_line_error(work: Path) -> None:
-    line = one_line_error(orchestrator(work, "run", "nowhere.py", "go"))
+def test_a_missing_file_is_a_one_line_error(cli: Cli, work: Path) -> None:
+    line = one_line_error(cli("run", "nowhere.py", "go"))
     assert "no such file" in line and "nowhere.py" in line
 
 
-def test_a_runs_dir_that_cannot_be_created_is_a_one_line_error_before_the_run(work: Path) -> None:
+def test_a_runs_dir_that_cannot_be_created_is_a_one_line_error_before_the_run(
+    cli: Cli, work: Path
+) -> None:
     (work / "a_file").write_text("not a folder")
     line = one_line_error(
-        orchestrator(work, "run", "agents.py", "go", "--runs-dir", str(work / "a_file" / "runs"))
+        cli("run", "agents.py", "go", "--runs-dir", str(work / "a_file" / "runs"))
     )
     assert "trace folder" in line and "a_file" in line
 
 
-def test_a_runs_dir_that_cannot_be_written_is_a_one_line_error_before_the_run(work: Path) -> None:
+def test_a_runs_dir_that_cannot_be_written_is_a_one_line_error_before_the_run(
+    cli: Cli, work: Path
+) -> None:
     # /proc refuses new files even to root, whose permission bits say yes to everything
-    line = one_line_error(orchestrator(work, "run", "agents.py", "go", "--runs-dir", "/proc"))
+    line = one_line_error(cli("run", "agents.py", "go", "--runs-dir", "/proc"))
     assert "cannot write trace files to /proc" in line
 
 
-def test_an_orchestrator_corpus_that_is_not_a_folder_is_a_one_line_error(work: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "run", "agents.py", "go"],
-        cwd=work,
-        env=cli_env(ORCHESTRATOR_CORPUS=str(work / "missing")),
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+def test_an_orchestrator_corpus_that_is_not_a_folder_is_a_one_line_error(
+    cli: Cli, work: Path
+) -> None:
+    proc = cli("run", "agents.py", "go", env={"ORCHESTRATOR_CORPUS": str(work / "missing")})
     line = one_line_error(proc)
     assert "ORCHESTRATOR_CORPUS" in line and "missing" in line
 
 
-def test_an_empty_corpus_option_is_refused_not_taken_for_the_current_folder(work: Path) -> None:
+def test_an_empty_corpus_option_is_refused_not_taken_for_the_current_folder(
+    cli: Cli, work: Path
+) -> None:
     # `--corpus "$DOCS"` with DOCS unset: Path("") is ".", and the whole working folder (a
     # home directory, say) was walked and indexed
-    line = one_line_error(orchestrator(work, "run", "agents.py", "go", "--corpus", ""))
+    line = one_line_error(cli("run", "agents.py", "go", "--corpus", ""))
     assert "--corpus" in line and "empty" in line
 
 
-def test_a_file_that_raises_on_import_is_a_one_line_error(work: Path) -> None:
+def test_a_file_that_raises_on_import_is_a_one_line_error(cli: Cli, work: Path) -> None:
     (work / "bad.py").write_text("import os\n\nraise ValueError('boom at import')\n")
-    line = one_line_error(orchestrator(work, "run", "bad.py", "go"))
+    line = one_line_error(cli("run", "bad.py", "go"))
     assert "bad.py" in line and "ValueError" in line and "boom at import" in line
 
 
-def test_a_file_with_a_syntax_error_is_a_one_line_error(work: Path) -> None:
+def test_a_file_with_a_syntax_error_is_a_one_line_error(cli: Cli, work: Path) -> None:
     (work / "syntax.py").write_text("agent = (\n")
-    line = one_line_error(orchestrator(work, "run", "syntax.py", "go"))
+    line = one_line_error(cli("run", "syntax.py", "go"))
     assert "SyntaxError" in line
 
 
-def test_a_file_using_postponed_annotations_with_a_dataclass_loads(work: Path) -> None:
+def test_a_file_using_postponed_annotations_with_a_dataclass_loads(cli: Cli, work: Path) -> None:
     # dataclasses (and pydantic) resolve string annotations through sys.modules
     (work / "dc.py").write_text(
         "from __future__ import annotations\n"
@@ -416,43 +421,46 @@ def test_a_file_using_postponed_annotations_with_a_dataclass_loads(work: Path) -
         "@dataclass\nclass Settings:\n    depth: int = 1\n\n"
         "agent = Agent('a', 'Answer briefly.', model='offline')\n"
     )
-    proc = orchestrator(work, "run", "dc.py", "hello", "--quiet")
+    proc = cli("run", "dc.py", "hello", "--quiet")
     assert proc.returncode == 0, proc.stderr
 
 
 def test_the_agent_name_is_after_the_last_colon_and_a_file_that_exits_says_so(
+    cli: Cli,
     work: Path,
 ) -> None:
     folder = work / "v2:trees"
     folder.mkdir()
     (folder / "tree.py").write_text((work / "agents.py").read_text())
-    proc = orchestrator(work, "run", "v2:trees/tree.py:worker", "hello", "--quiet")
+    proc = cli("run", "v2:trees/tree.py:worker", "hello", "--quiet")
     assert proc.returncode == 0, proc.stderr
-    assert orchestrator(work, "run", "agents.py:", "hello", "--quiet").returncode == 0
-    line = one_line_error(orchestrator(work, "run", "agents.py:1bad", "go"))
+    assert cli("run", "agents.py:", "hello", "--quiet").returncode == 0
+    line = one_line_error(cli("run", "agents.py:1bad", "go"))
     assert "'1bad' is not a Python name" in line
     (work / "exits.py").write_text("import sys\nsys.exit(3)\n")
-    line = one_line_error(orchestrator(work, "run", "exits.py", "go"))
+    line = one_line_error(cli("run", "exits.py", "go"))
     assert "exits.py" in line and "sys.exit(3)" in line
 
 
-def test_a_missing_name_is_a_one_line_error_listing_the_agents_defined(work: Path) -> None:
-    line = one_line_error(orchestrator(work, "run", "agents.py:nobody_here", "go"))
+def test_a_missing_name_is_a_one_line_error_listing_the_agents_defined(
+    cli: Cli, work: Path
+) -> None:
+    line = one_line_error(cli("run", "agents.py:nobody_here", "go"))
     assert "'nobody_here'" in line
     for name in ("agent", "looper", "sleeper", "team", "worker"):
         assert name in line
     assert "not_an_agent" not in line
 
 
-def test_an_object_that_is_not_an_agent_is_a_one_line_error(work: Path) -> None:
-    line = one_line_error(orchestrator(work, "run", "agents.py:not_an_agent", "go"))
+def test_an_object_that_is_not_an_agent_is_a_one_line_error(cli: Cli, work: Path) -> None:
+    line = one_line_error(cli("run", "agents.py:not_an_agent", "go"))
     assert "not an Agent" in line and "int" in line
 
 
 @pytest.mark.parametrize("dry_run", [False, True], ids=["run", "dry-run"])
-def test_an_invalid_tree_is_a_one_line_error(work: Path, dry_run: bool) -> None:
+def test_an_invalid_tree_is_a_one_line_error(cli: Cli, work: Path, dry_run: bool) -> None:
     extra = ["--dry-run"] if dry_run else []
-    line = one_line_error(orchestrator(work, "run", "agents.py:broken", "go", *extra))
+    line = one_line_error(cli("run", "agents.py:broken", "go", *extra))
     assert "'nobody'" in line and "'boss'" in line
     assert not (work / "runs").exists() or not list((work / "runs").iterdir())
 
@@ -468,9 +476,9 @@ def test_an_invalid_tree_is_a_one_line_error(work: Path, dry_run: bool) -> None:
     ],
 )
 def test_an_invalid_option_value_is_a_one_line_error(
-    work: Path, option: str, value: str, field: str
+    cli: Cli, work: Path, option: str, value: str, field: str
 ) -> None:
-    line = one_line_error(orchestrator(work, "run", "agents.py", "go", option, value))
+    line = one_line_error(cli("run", "agents.py", "go", option, value))
     assert field in line and value in line
 
 
@@ -479,10 +487,11 @@ def test_an_invalid_option_value_is_a_one_line_error(
 
 
 def test_without_an_api_key_anthropic_agents_run_offline_and_the_cli_says_so_once(
+    cli: Cli,
     tmp_path: Path,
 ) -> None:
     (tmp_path / "claude.py").write_text(CLAUDE)
-    proc = orchestrator(tmp_path, "run", "claude.py", "Shout the word hello")
+    proc = cli("run", "claude.py", "Shout the word hello")
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("offline") == 1, proc.stderr
     assert "ANTHROPIC_API_KEY" in proc.stderr
@@ -739,8 +748,8 @@ def test_ctrl_c_on_a_terminal_keeps_the_cancel_notice_and_draws_the_final_tree(
     assert screen[-1].startswith("status=cancelled agents=4 "), screen
 
 
-def test_progress_without_a_terminal_is_plain_one_line_events(work: Path) -> None:
-    proc = orchestrator(work, "run", "agents.py:team", "Rest, all of you")
+def test_progress_without_a_terminal_is_plain_one_line_events(cli: Cli, work: Path) -> None:
+    proc = cli("run", "agents.py:team", "Rest, all of you")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "The team is rested.\n"
     lines = proc.stderr.splitlines()
@@ -755,8 +764,8 @@ def test_progress_without_a_terminal_is_plain_one_line_events(work: Path) -> Non
 
 
 @pytest.mark.parametrize("flag", ["--quiet", "--json"])
-def test_quiet_and_json_print_nothing_but_the_result(work: Path, flag: str) -> None:
-    proc = orchestrator(work, "run", "agents.py:team", "Rest, all of you", flag)
+def test_quiet_and_json_print_nothing_but_the_result(cli: Cli, work: Path, flag: str) -> None:
+    proc = cli("run", "agents.py:team", "Rest, all of you", flag)
     assert proc.returncode == 0
     assert proc.stderr == ""
     if flag == "--quiet":
@@ -776,8 +785,8 @@ def test_quiet_on_a_terminal_draws_no_progress(work: Path) -> None:
 # Dry run and traces.
 
 
-def test_dry_run_prints_worst_case_numbers_and_calls_no_model(work: Path) -> None:
-    proc = orchestrator(work, "run", "agents.py:dry", "go", "--dry-run", "--max-turns", "4")
+def test_dry_run_prints_worst_case_numbers_and_calls_no_model(cli: Cli, work: Path) -> None:
+    proc = cli("run", "agents.py:dry", "go", "--dry-run", "--max-turns", "4")
     assert proc.returncode == 0, proc.stderr
     assert not (work / "model_called").exists()
     assert not (work / "runs").exists()
@@ -787,13 +796,11 @@ def test_dry_run_prints_worst_case_numbers_and_calls_no_model(work: Path) -> Non
     # each agent may take 4 turns, and a turn may make two model calls
     assert int(report["worst_case_model_calls"]) == 2 * 4 * int(report["worst_case_agents"])
     assert int(report["worst_case_output_tokens"]) > 0
-    proc = orchestrator(work, "run", "agents.py:dry", "go", "--dry-run", "--json")
+    proc = cli("run", "agents.py:dry", "go", "--dry-run", "--json")
     assert proc.returncode == 0
     assert json.loads(proc.stdout)["tree"] == "valid"
     assert not (work / "model_called").exists()
-    unbounded = orchestrator(
-        work, "run", "agents.py:dry", "go", "--dry-run", "--json", "--timeout", "inf"
-    )
+    unbounded = cli("run", "agents.py:dry", "go", "--dry-run", "--json", "--timeout", "inf")
     assert unbounded.returncode == 0, unbounded.stderr
 
     def refuse(constant: str) -> None:
@@ -802,17 +809,17 @@ def test_dry_run_prints_worst_case_numbers_and_calls_no_model(work: Path) -> Non
     assert json.loads(unbounded.stdout, parse_constant=refuse)["timeout_s"] is None
 
 
-def test_trace_list_and_show_draw_the_runs_after_a_run(work: Path) -> None:
-    first = orchestrator(work, "run", "agents.py:team", "Rest", "--json")
+def test_trace_list_and_show_draw_the_runs_after_a_run(cli: Cli, work: Path) -> None:
+    first = cli("run", "agents.py:team", "Rest", "--json")
     assert first.returncode == 0
     run_id = json.loads(first.stdout)["run_id"]
 
-    listing = orchestrator(work, "trace", "list")
+    listing = cli("trace", "list")
     assert listing.returncode == 0, listing.stderr
     assert run_id in listing.stdout
     assert "lead" in listing.stdout and "completed" in listing.stdout
 
-    shown = orchestrator(work, "trace", "show", run_id[:8])
+    shown = cli("trace", "show", run_id[:8])
     assert shown.returncode == 0, shown.stderr
     for name in (
         "invoke_agent lead",
@@ -822,33 +829,31 @@ def test_trace_list_and_show_draw_the_runs_after_a_run(work: Path) -> None:
         "chat scripted",
     ):
         assert name in shown.stdout, shown.stdout
-    newest = orchestrator(work, "trace", "show")
+    newest = cli("trace", "show")
     assert newest.returncode == 0 and "invoke_agent lead" in newest.stdout
 
 
-def test_trace_list_piped_keeps_whole_values_and_trace_errors_go_to_stderr(work: Path) -> None:
-    first = orchestrator(work, "run", "agents.py:looper", "Go", "--json", "--max-turns", "2")
+def test_trace_list_piped_keeps_whole_values_and_trace_errors_go_to_stderr(
+    cli: Cli, work: Path
+) -> None:
+    first = cli("run", "agents.py:looper", "Go", "--json", "--max-turns", "2")
     run_id = json.loads(first.stdout)["run_id"]
-    env = cli_env()
-    env["COLUMNS"] = "40"  # a narrow default, as when piped without a terminal width
-    listing = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "trace", "list"],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    # a narrow default, as when piped without a terminal width
+    listing = cli("trace", "list", env={"COLUMNS": "40"})
     (row,) = [line for line in listing.stdout.splitlines() if run_id in line]
     assert "max_turns" in row.split() and "looper" in row.split(), listing.stdout
 
     for args in (("trace", "show", "nope"), ("trace", "export", "nope", "--endpoint", "x")):
-        failed = orchestrator(work, *args)
+        failed = cli(*args)
         assert failed.returncode == 1
         assert failed.stdout == "" and "error:" in failed.stderr
-    bracketed = orchestrator(work, "trace", "show", "[/x]")  # not rich markup
+    bracketed = cli("trace", "show", "[/x]")  # not rich markup
     assert bracketed.returncode == 1 and "[/x]" in bracketed.stderr, bracketed.stderr
 
+
+def test_trace_show_whose_reader_has_what_it_wanted_exits_0(cli: Cli, work: Path) -> None:
+    first = cli("run", "agents.py:looper", "Go", "--json", "--max-turns", "2")
+    run_id = json.loads(first.stdout)["run_id"]
     shown = subprocess.Popen(  # `trace show | head -1`: the reader has what it wanted
         [sys.executable, "-m", "orchestrator.cli", "trace", "show", run_id],
         cwd=work,
@@ -930,38 +935,34 @@ def test_a_stderr_whose_reader_went_away_or_that_is_closed_loses_diagnostics_not
 # Review fixes: model validation in --dry-run, tracing settings, --override-model.
 
 
-def test_dry_run_refuses_a_model_the_real_run_would_refuse(tmp_path: Path) -> None:
+def test_dry_run_refuses_a_model_the_real_run_would_refuse(cli: Cli, tmp_path: Path) -> None:
     (tmp_path / "bad.py").write_text(
         "from orchestrator import Agent\nagent = Agent('a', 'i', model='gpt:4o')\n"
     )
-    line = one_line_error(orchestrator(tmp_path, "run", "bad.py", "go", "--dry-run"))
+    line = one_line_error(cli("run", "bad.py", "go", "--dry-run"))
     assert "gpt:4o" in line
 
 
-def test_an_unusable_otlp_setting_is_a_one_line_error_not_a_traceback(work: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "run", "agents.py", "go"],
-        cwd=work,
-        env=cli_env(  # refused where spans would go (with no endpoint it is not read)
-            OTEL_EXPORTER_OTLP_PROTOCOL="http/json",
-            OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:4318",
-        ),
-        capture_output=True,
-        text=True,
-        timeout=30,
+def test_an_unusable_otlp_setting_is_a_one_line_error_not_a_traceback(cli: Cli, work: Path) -> None:
+    proc = cli(
+        "run",
+        "agents.py",
+        "go",
+        env={  # refused where spans would go (with no endpoint it is not read)
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318",
+        },
     )
     line = one_line_error(proc)
     assert "tracing" in line
 
 
-def test_override_model_replaces_the_model_every_agent_names(tmp_path: Path) -> None:
+def test_override_model_replaces_the_model_every_agent_names(cli: Cli, tmp_path: Path) -> None:
     (tmp_path / "named.py").write_text(
         "from orchestrator import Agent\n"
         "agent = Agent('a', 'Answer.', model='anthropic:claude-sonnet-5-5')\n"
     )
-    proc = orchestrator(
-        tmp_path, "run", "named.py", "hello", "--override-model", "offline", "--json"
-    )
+    proc = cli("run", "named.py", "hello", "--override-model", "offline", "--json")
     assert proc.returncode == 0, proc.stderr
     payload = json.loads(proc.stdout)
     assert payload["status"] == "completed"
