@@ -1,6 +1,7 @@
 """``orchestrator run --approve ask|all|none``: calls behind a ``confirm`` policy, from the CLI.
 
-Through the real command in a subprocess: ``all`` and ``none`` with pipes, ``ask`` on a real
+Through the real command: ``all`` and ``none`` in this process with streams that are not
+terminals (as pipes are not; :mod:`support.cli`), ``ask`` in a subprocess on a real
 pseudo-terminal (python's ``pty``), where the live view is on and the question must show the
 agent path, the tool and its arguments.
 """
@@ -13,7 +14,11 @@ import select
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
+from support.cli import Cli, CliRun
 
 TREE = '''
 from orchestrator import Agent, Policy, ToolResultBlock, tool
@@ -54,43 +59,43 @@ def env() -> dict[str, str]:
     return out
 
 
-def cli(tmp_path: Path, *options: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+@pytest.fixture
+def command(cli: Cli, tmp_path: Path) -> Callable[..., CliRun]:
+    """``orchestrator run tree.py "clean up" OPTIONS`` in this process, in the environment
+    :func:`env` builds, with ``stdin`` on standard input."""
     (tmp_path / "tree.py").write_text(TREE)
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "run", "tree.py", "clean up", *options],
-        cwd=tmp_path,
-        env=env(),
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    cli.environ = env
+
+    def run(*options: str, stdin: str = "") -> CliRun:
+        return cli("run", "tree.py", "clean up", *options, input=stdin)
+
+    return run
 
 
-def test_approve_all_runs_the_confirmed_call(tmp_path: Path) -> None:
-    proc = cli(tmp_path, "--approve", "all")
+def test_approve_all_runs_the_confirmed_call(command: Callable[..., CliRun]) -> None:
+    proc = command("--approve", "all")
     assert proc.returncode == 0, proc.stderr
     assert "[remove ran] old.log" in proc.stdout
     assert proc.stdout.strip().endswith("lead: RAN: removed old.log")
 
 
-def test_approve_none_declines_it_and_progress_says_so(tmp_path: Path) -> None:
-    proc = cli(tmp_path, "--approve", "none")
+def test_approve_none_declines_it_and_progress_says_so(command: Callable[..., CliRun]) -> None:
+    proc = command("--approve", "none")
     assert proc.returncode == 0, proc.stderr
     assert "[remove ran]" not in proc.stdout
     assert "lead: NOT RUN: " in proc.stdout
     assert "declined lead/janitor#1: remove (not run)" in proc.stderr
 
 
-def test_without_a_terminal_the_default_is_none(tmp_path: Path) -> None:
-    proc = cli(tmp_path, stdin="y\n")  # a pipe, even one holding a yes, is not asked
+def test_without_a_terminal_the_default_is_none(command: Callable[..., CliRun]) -> None:
+    proc = command(stdin="y\n")  # a pipe, even one holding a yes, is not asked
     assert proc.returncode == 0, proc.stderr
     assert "approve?" not in proc.stderr
     assert "declined lead/janitor#1: remove" in proc.stderr
 
 
-def test_an_unknown_approve_mode_is_a_usage_error(tmp_path: Path) -> None:
-    proc = cli(tmp_path, "--approve", "maybe")
+def test_an_unknown_approve_mode_is_a_usage_error(command: Callable[..., CliRun]) -> None:
+    proc = command("--approve", "maybe")
     assert proc.returncode == 2
     assert "invalid choice: 'maybe'" in proc.stderr
 

@@ -1,5 +1,5 @@
-"""``--model`` / ``--override-model`` names through the real command, and ``--json``'s
-``agent_name``.
+"""``--model`` / ``--override-model`` names through the real command (in this process:
+:mod:`support.cli`), and ``--json``'s ``agent_name``.
 
 A bare name no provider claims (``gpt-4o``) is refused with exit code 2 and a list of what is
 known, instead of becoming an Anthropic model that retries for seconds; ``claude-...`` names
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support.cli import Cli, CliRun
 
 TREE = (
     "from orchestrator import Agent\n"
@@ -24,26 +24,30 @@ TREE = (
 )
 
 
-def cli(tmp_path: Path, *options: str) -> subprocess.CompletedProcess[str]:
-    (tmp_path / "tree.py").write_text(TREE)
+def env() -> dict[str, str]:
+    """No provider's key or endpoint, no OTLP exporter setting."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "ANTHROPIC_"))}
-    env = {k: v for k, v in env.items() if not k.startswith("OPENAI_")}
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "run", "tree.py", "hello", *options],
-        cwd=tmp_path,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return {k: v for k, v in env.items() if not k.startswith("OPENAI_")}
+
+
+@pytest.fixture
+def command(cli: Cli, tmp_path: Path) -> Callable[..., CliRun]:
+    """``orchestrator run tree.py hello OPTIONS`` in this process, in the environment
+    :func:`env` builds, with nothing on standard input."""
+    (tmp_path / "tree.py").write_text(TREE)
+    cli.environ = env
+
+    def run(*options: str) -> CliRun:
+        return cli("run", "tree.py", "hello", *options)
+
+    return run
 
 
 @pytest.mark.parametrize("flag", ["--model", "--override-model"])
 def test_a_bare_name_no_provider_claims_is_refused_listing_what_is_known(
-    tmp_path: Path, flag: str
+    command: Callable[..., CliRun], flag: str
 ) -> None:
-    proc = cli(tmp_path, flag, "gpt-4o")
+    proc = command(flag, "gpt-4o")
     assert proc.returncode == 2
     line = proc.stderr.strip()
     assert line.startswith(f"orchestrator: {flag} gpt-4o: no provider claims")
@@ -52,16 +56,18 @@ def test_a_bare_name_no_provider_claims_is_refused_listing_what_is_known(
     assert "offline" in line and "Traceback" not in proc.stderr
 
 
-def test_claude_names_and_provider_strings_keep_working(tmp_path: Path) -> None:
+def test_claude_names_and_provider_strings_keep_working(command: Callable[..., CliRun]) -> None:
     # no key: both run on the offline model, as the CLI says, and complete
     for spec in ("claude-haiku-5-5", "openai:gpt-4o"):
-        proc = cli(tmp_path, "--model", spec, "--json")
+        proc = command("--model", spec, "--json")
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout)["offline"] is True
 
 
-def test_json_names_each_agent_as_agent_name_and_keeps_agent(tmp_path: Path) -> None:
-    proc = cli(tmp_path, "--model", "offline", "--json")
+def test_json_names_each_agent_as_agent_name_and_keeps_agent(
+    command: Callable[..., CliRun],
+) -> None:
+    proc = command("--model", "offline", "--json")
     assert proc.returncode == 0, proc.stderr
     tree = json.loads(proc.stdout)["tree"]
     assert tree["agent_name"] == tree["agent"] == "solo"
