@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from orchestrator import Agent, Limits, Policy, RunStatus, open_run, run, tool
 from orchestrator.models import ScriptedModel, response, text, tool_call
@@ -76,16 +77,17 @@ AGENTS = textwrap.dedent(
 
     @tool
     async def stubborn_spin(seconds: float) -> str:
-        """Compute without awaiting, and swallow whatever interrupts it.
+        """Compute without awaiting, and swallow whatever interrupts it (from the moment the
+        ``busy`` file is written: a signal sent once it exists is swallowed).
 
         Args:
             seconds: How long to compute.
         """
         await trio.sleep(0)
-        (HERE / "busy").write_text("spinning")
         start = time.monotonic()
         while time.monotonic() - start < seconds:
             try:
+                (HERE / "busy").write_text("spinning")
                 while time.monotonic() - start < seconds:
                     pass
             except BaseException:
@@ -187,11 +189,24 @@ class Signalled:
         self.code, self.stdout, self.stderr, self.took = code, stdout, stderr, took
 
 
+# The tools below compute or sleep for 60 s; a run that stops "at once" (or within the 5 s grace
+# period) ends well under half of that whatever the machine's load, and a run that waited for
+# the tool ends after it. Every bound on a process is this one.
+TOOL_SECONDS = 60
+WELL_UNDER_THE_TOOL = TOOL_SECONDS / 2
+
+
 def signal_when_busy(
-    work: Path, argv: list[str], signals: list[int], *, gap: float = 0.3, limit: float = 20
+    work: Path,
+    argv: list[str],
+    signals: list[int],
+    *,
+    gap: float = 0.3,
+    limit: float = WELL_UNDER_THE_TOOL,
 ) -> Signalled:
     """Start ``argv`` in ``work``, wait until its second tool runs (the ``busy`` file), send
-    ``signals`` ``gap`` seconds apart (none: let it run); wait at most ``limit`` seconds."""
+    ``signals`` ``gap`` seconds apart (none: let it run); wait at most ``limit`` seconds (a
+    process still running then fails the test: it waited for the tool)."""
     proc = subprocess.Popen(
         [sys.executable, *argv],
         cwd=work,
@@ -202,13 +217,12 @@ def signal_when_busy(
         text=True,
     )
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60  # start-up and the first tool, on a loaded machine
         while not (work / "busy").exists():
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "the tool never started"
             time.sleep(0.02)
-        time.sleep(0.2)  # well inside the tool's loop (or its sleep)
-        sent = time.monotonic()
+        sent = time.monotonic()  # the tool has started: the signals land in its code
         for i, signum in enumerate(signals):
             if i:
                 time.sleep(gap)
@@ -252,9 +266,9 @@ def test_one_signal_stops_an_async_tool_that_never_awaits_and_the_run_ends_cance
     work: Path, signum: int
 ) -> None:
     # the old watcher was a trio task: it never ran while the tool computed (60 s)
-    done = signal_when_busy(work, cli("agents.py:spinner", "--json"), [signum], limit=10)
+    done = signal_when_busy(work, cli("agents.py:spinner", "--json"), [signum])
     assert done.code == 130, done.stderr
-    assert done.took < 3, done.took
+    assert done.took < WELL_UNDER_THE_TOOL, done.took
     assert "cancelling the run" in done.stderr and "Traceback" not in done.stderr
     assert json.loads(done.stdout)["status"] == "cancelled"
     # the sibling's work is kept, the cut call ends cancelled, every span ended
@@ -265,8 +279,10 @@ def test_a_second_ctrl_c_exits_at_once_while_a_tool_holds_the_event_loop(work: P
     # this tool swallows the interrupt the first Ctrl-C raises into it and goes on computing
     done = signal_when_busy(work, cli("agents.py:stubborn"), [signal.SIGINT, signal.SIGINT])
     assert done.code == 130, done.stderr
-    assert done.took < 1.5, done.took
+    assert done.took < WELL_UNDER_THE_TOOL, done.took
     assert "Ctrl-C again to exit at once" not in done.stderr  # the loop never got to print it
+    # the second signal ended it, not the grace period the first one started
+    assert "did not stop within" not in done.stderr, done.stderr
     assert done.stderr.rstrip().endswith(
         "interrupted again: exiting at once; the result and spans not yet written are lost"
     ), done.stderr
@@ -278,58 +294,57 @@ def test_a_run_that_will_not_stop_after_one_signal_exits_within_the_grace_period
     work: Path, signum: int
 ) -> None:
     # unattended (docker stop, a CI cancel): nobody sends the second signal
-    done = signal_when_busy(work, cli("agents.py:stubborn"), [signum], limit=15)
+    done = signal_when_busy(work, cli("agents.py:stubborn"), [signum])
     assert done.code == 130, done.stderr
-    assert 4.5 < done.took < 8, done.took  # the 5 s grace period, not the tool's 60 s
+    # the 5 s grace period (a timer the signal started: never shorter), not the tool's 60 s
+    assert 4.5 < done.took < WELL_UNDER_THE_TOOL, done.took
     what = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
     assert f"the run did not stop within 5s of the {what}" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
 
 
-def test_timeout_ends_a_run_whose_tool_never_awaits_about_a_second_after_the_deadline(
+def test_timeout_ends_a_run_whose_tool_never_awaits_after_a_second_past_the_deadline(
     work: Path,
 ) -> None:
     # the deadline is a trio cancel scope: it cannot fire while the tool computes (60 s)
-    started = time.monotonic()
     proc = subprocess.run(
         [sys.executable, *cli("agents.py:spinner", "--json", "--timeout", "2")],
         cwd=work,
         env=clean_env(),
         capture_output=True,
         text=True,
-        timeout=20,
+        timeout=WELL_UNDER_THE_TOOL,  # past it, the run waited for the tool: the test fails
     )
-    took = time.monotonic() - started
     assert proc.returncode == 4, proc.stderr
     payload = json.loads(proc.stdout)
     assert payload["status"] == "timeout"
-    assert 2.8 < payload["wall_s"] < 4.5, payload["wall_s"]  # the deadline, plus the 1 s stall
-    assert took < 10
+    assert (work / "busy").exists()  # the tool was computing when the deadline passed
+    # not before the deadline plus the 1 s stall (timers: never early), well before the 60 s
+    assert 2.8 < payload["wall_s"] < WELL_UNDER_THE_TOOL, payload["wall_s"]
     assert tool_outcomes(work, "spinner") == {"good": "ok", "spin": "timeout"}
 
 
 def test_timeout_exits_at_once_when_the_tool_holding_the_event_loop_swallows_the_interrupt(
     work: Path,
 ) -> None:
-    started = time.monotonic()
     proc = subprocess.run(
         [sys.executable, *cli("agents.py:stubborn", "--timeout", "1")],
         cwd=work,
         env=clean_env(),
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=WELL_UNDER_THE_TOOL,  # past it, the process waited for the tool: the test fails
     )
-    took = time.monotonic() - started
     assert proc.returncode == 4, proc.stderr
+    assert (work / "busy").exists()  # the tool was computing when the deadline passed
+    # exited by the watchdog (deadline 1 s + stall 1 s + grace 5 s), not by the tool's end
     assert "the run did not stop within 6s of its deadline" in proc.stderr, proc.stderr
-    assert took < 12, took  # deadline 1 s + stall 1 s + grace 5 s, plus the start-up
 
 
 def test_a_ctrl_c_while_a_tool_awaits_cancels_the_run_and_keeps_the_siblings_work(
     work: Path,
 ) -> None:
-    done = signal_when_busy(work, cli("agents.py:napper", "--json"), [signal.SIGINT], limit=10)
+    done = signal_when_busy(work, cli("agents.py:napper", "--json"), [signal.SIGINT])
     assert done.code == 130, done.stderr
     assert json.loads(done.stdout)["status"] == "cancelled"
     assert tool_outcomes(work, "napper") == {"good": "ok", "nap": "cancelled"}
@@ -345,14 +360,14 @@ def test_a_real_ctrl_c_cancels_a_library_run_then_raises_keyboard_interrupt(
 ) -> None:
     # trio raises a Ctrl-C inside a tool that is computing: that one used to escape run() as a
     # BaseExceptionGroup, the tree ended "internal error"; now it is the run's cancellation
-    done = signal_when_busy(work, ["library.py", tool_name, restrict], [signal.SIGINT], limit=10)
+    done = signal_when_busy(work, ["library.py", tool_name, restrict], [signal.SIGINT])
     assert done.code == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["raised"] == "KeyboardInterrupt"  # itself, not inside a group
     assert report["status"] == "cancelled"
     assert report["results"][0] == ["good work", None]
     assert report["results"][1][1] == "cut_off"
-    assert done.took < 3
+    assert done.took < WELL_UNDER_THE_TOOL  # the 60 s tool was cut, not waited for
 
 
 # --------------------------------------------------------------------------------------------
@@ -522,7 +537,7 @@ async def test_a_cancel_still_cuts_a_tool_that_raises_a_base_exception_on_its_wa
         return "good work"
 
     agent = Agent("a", "Work.", model=two_calls(), tools=[bad, good])
-    with trio.fail_after(10):
+    with trio.fail_after(WELL_UNDER_THE_TOOL):  # the tool or the approver waits 60 s
         async with open_run(agent, "go") as handle:
             await started.wait()
             handle.cancel()
@@ -533,7 +548,10 @@ async def test_a_cancel_still_cuts_a_tool_that_raises_a_base_exception_on_its_wa
     assert good_result.content == "good work"
 
 
-async def test_a_deadline_still_cuts_a_tool_that_raises_a_base_exception_on_its_way_out() -> None:
+async def test_a_deadline_still_cuts_a_tool_that_raises_a_base_exception_on_its_way_out(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # virtual time: both calls start before the deadline however slow the machine is
     @tool
     async def bad() -> str:
         """Turn the cancellation into a KeyboardInterrupt."""
@@ -549,8 +567,7 @@ async def test_a_deadline_still_cuts_a_tool_that_raises_a_base_exception_on_its_
         return "good work"
 
     agent = Agent("a", "Work.", model=two_calls(), tools=[bad, good])
-    with trio.fail_after(10):
-        result = await run(agent, "go", limits=Limits(timeout=0.3))
+    result = await run(agent, "go", limits=Limits(timeout=0.3))
     assert result.status is RunStatus.TIMEOUT
     assert [r.error_type for r in results_of(result)] == ["cut_off", None]
 
@@ -613,7 +630,7 @@ async def test_a_cancel_while_an_approver_waits_cancels_the_run_and_refuses_noth
 
     policy = Policy({"guarded": "confirm"}, approver=approver)
     agent = Agent("a", "Work.", model=two_calls("guarded"), tools=[guarded, good])
-    with trio.fail_after(10):
+    with trio.fail_after(WELL_UNDER_THE_TOOL):  # the tool or the approver waits 60 s
         async with open_run(agent, "go", policy=policy) as handle:
             await asked.wait()
             handle.cancel()
