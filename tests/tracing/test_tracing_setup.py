@@ -528,22 +528,29 @@ def test_dead_endpoint_does_not_stall_flush_or_shutdown(protocol: str) -> None:
     shutdown_s = time.perf_counter() - started
     print(f"{protocol}: dead-endpoint flush {flush_s:.2f}s, shutdown {shutdown_s:.2f}s")
     assert not flushed
-    assert flush_s < 3.0
-    assert shutdown_s < 3.0
+    # each is bounded by the 2 s export timeout; the stall this guards against (the SDK
+    # retrying batch after batch against a dead collector) held a shutdown 6.5-7.4 s. The
+    # margin is for a loaded machine: a thread woken late, not a window around 2 s.
+    assert flush_s < 6.0
+    assert shutdown_s < 6.0
     assert setup.exported_spans == 0
     # Every span is accounted for: handed to the exporter and failed, or never handed.
     assert setup.failed_spans + setup.dropped_spans == 4012
 
 
 async def test_async_flush_is_bounded_on_dead_endpoint() -> None:
-    setup = configure_tracing(endpoint=f"http://127.0.0.1:{closed_port()}", set_global=False)
+    # a 60 s export timeout: the exporter itself keeps retrying the dead endpoint for ~30 s,
+    # so only the flush's own 0.5 s bound can make it return in well under that
+    setup = configure_tracing(
+        endpoint=f"http://127.0.0.1:{closed_port()}", set_global=False, export_timeout=60
+    )
     make_tree(setup.tracer_provider)
-    started = trio.current_time()
+    started = time.monotonic()
     ok = await setup.flush(timeout=0.5)
-    elapsed = trio.current_time() - started
+    elapsed = time.monotonic() - started
     assert not ok
-    assert elapsed < 1.5
-    setup.shutdown(timeout=1.0)
+    assert elapsed < 10
+    setup.shutdown(timeout=1.0)  # aborts the retries the abandoned flush is still making
 
 
 async def test_async_flush_delivers_before_shutdown(receiver: OtlpReceiver) -> None:
@@ -633,16 +640,18 @@ def test_a_trace_file_gets_its_whole_backlog_written_at_shutdown(tmp_path: Path)
 
 
 def test_an_explicit_shutdown_timeout_bounds_the_trace_file_too(tmp_path: Path) -> None:
+    # the same backlog as above (encoding is slower than making spans, on any machine and at
+    # any load); without a timeout it is all written, with 0.05 s the shutdown gives up on it
     setup = configure_tracing(run_file=tmp_path / "t.jsonl", set_global=False)
     tracer = setup.tracer_provider.get_tracer("t")
     attributes = {f"a{k}": "x" * 400 for k in range(20)}
     for i in range(3_000):
         with tracer.start_as_current_span(f"s{i}", attributes=attributes):
             pass
-    started = time.monotonic()
     setup.shutdown(timeout=0.05)
-    assert time.monotonic() - started < 2.0
+    assert setup.failed_spans > 0  # it gave up before the backlog was written
     assert setup.exported_spans + setup.failed_spans == 3_000
+    assert len(load_trace(tmp_path / "t.jsonl")) == setup.exported_spans
 
 
 def _all_spans(lines: list[str]) -> list[dict[str, Any]]:
