@@ -545,20 +545,17 @@ def test_a_refresh_by_another_opener_never_shows_half_of_each_index(tmp_path: Pa
     write(0)
     index = tmp_path / "index.sqlite"
     writer, reader = Corpus.open(root, index_path=index), Corpus.open(root, index_path=index)
-    stop = time.monotonic() + 2.0
     failures: list[str] = []
 
-    def keep_refreshing() -> None:
-        version = 0
-        while time.monotonic() < stop:
-            version += 1
+    def keep_refreshing() -> None:  # a count, not a duration: as many refreshes under load
+        for version in range(1, 16):
             write(version)
             writer.refresh()
 
     thread = threading.Thread(target=keep_refreshing)
     thread.start()
     try:
-        while time.monotonic() < stop:
+        while thread.is_alive():
             try:
                 reader.search("zebra", limit=5)
                 reader.read("f01.md")
@@ -671,11 +668,8 @@ def test_an_id_without_its_prefix_suggests_the_right_one(python_docs: Corpus) ->
         python_docs.read("json")
 
 
-def test_reopening_the_default_corpus_is_fast_and_does_no_work(python_docs: Corpus) -> None:
-    started = time.perf_counter()
+def test_reopening_the_default_corpus_does_no_work(python_docs: Corpus) -> None:
+    # how fast that is (and the build) is a figure, not a test: bench_corpus.py reports it
     with Corpus.open(index_path=python_docs.index_path) as again:
-        elapsed = time.perf_counter() - started
         assert again.last_refresh.changed == 0
         assert again.last_refresh.unchanged == python_docs.last_refresh.added
-    print(f"default corpus reopened in {elapsed:.3f}s")
-    assert elapsed < 2.0
