@@ -1,7 +1,8 @@
 """MCP servers as toolsets, against real servers written with the ``mcp`` SDK (tests/support).
 
-Every test starts the server of ``tests/support/mcp_server.py`` as a real process (stdio) or
-on a free 127.0.0.1 port (streamable HTTP), and drives an agent through the public API with
+The tests run the server of ``tests/support/mcp_server.py`` as a real process: one of their
+own (stdio, or streamable HTTP on a free 127.0.0.1 port) where the process or state it keeps is
+the point, else the worker's shared one over HTTP (``shared_server_url``). They drive an agent through the public API with
 scripted models: names, narrowing, policy, argument checks, timeouts, cancellation reaching
 the server, results, failures at start and mid-run, the spans and the trace context in
 ``_meta``.
@@ -84,7 +85,7 @@ def local_note(text: str) -> str:
 
 
 async def test_tools_are_named_server__tool_sorted_after_the_agents_own_and_work(
-    tmp_path: Path,
+    tmp_path: Path, shared_server_url: str
 ) -> None:
     script = Script(
         {
@@ -99,7 +100,10 @@ async def test_tools_are_named_server__tool_sorted_after_the_agents_own_and_work
         }
     )
     agent = Agent(
-        "root", "Use the tools.", tools=[local_note, server(tmp_path)], model=script.model
+        "root",
+        "Use the tools.",
+        tools=[local_note, MCPServer.http("test", shared_server_url)],
+        model=script.model,
     )
     result = await run(agent, "Go.", log_dir=tmp_path)
     assert result.status is RunStatus.COMPLETED, result.error
@@ -115,9 +119,13 @@ async def test_tools_are_named_server__tool_sorted_after_the_agents_own_and_work
     assert "Say the text back" in echo.description
 
 
-async def test_characters_outside_the_name_alphabet_become_underscores(tmp_path: Path) -> None:
+async def test_characters_outside_the_name_alphabet_become_underscores(
+    tmp_path: Path, shared_server_url: str
+) -> None:
     script = Script({"root": [tool_call("my_srv__echo", {"text": "hi"}), text("done")]})
-    agent = Agent("root", "Echo.", tools=[server(tmp_path, name="my.srv")], model=script.model)
+    agent = Agent(
+        "root", "Echo.", tools=[MCPServer.http("my.srv", shared_server_url)], model=script.model
+    )
     result = await run(agent, "Go.", log_dir=tmp_path)
     assert result.status is RunStatus.COMPLETED, result.error
     assert "my_srv__echo" in {t.name for t in script.requests[0].tools}
@@ -168,9 +176,9 @@ async def test_a_name_past_64_characters_is_left_out_with_a_warning(
 
 
 async def test_only_narrows_and_an_unknown_name_is_refused_before_any_call(
-    tmp_path: Path,
+    tmp_path: Path, shared_server_url: str
 ) -> None:
-    srv = server(tmp_path)
+    srv = MCPServer.http("test", shared_server_url)
     script = Script({"root": [text("done")]})
     agent = Agent(
         "root", "Add.", tools=[srv.only("add", "test__echo")], model=script.model
@@ -247,7 +255,7 @@ def test_replacing_an_agents_fields_keeps_its_servers(tmp_path: Path) -> None:
 
 
 async def test_policy_patterns_exact_rules_win_and_the_stricter_pattern_wins(
-    tmp_path: Path,
+    tmp_path: Path, shared_server_url: str
 ) -> None:
     calls = [
         tool_call("test__echo", {"text": "allowed"}),
@@ -256,7 +264,13 @@ async def test_policy_patterns_exact_rules_win_and_the_stricter_pattern_wins(
     ]
     script = Script({"root": [calls, text("done")]})
     policy = Policy({"test__*": "deny", "test__echo": "allow", "*count": "confirm"})
-    agent = Agent("root", "Go.", tools=[server(tmp_path)], model=script.model, policy=policy)
+    agent = Agent(
+        "root",
+        "Go.",
+        tools=[MCPServer.http("test", shared_server_url)],
+        model=script.model,
+        policy=policy,
+    )
     result = await run(agent, "Go.", log_dir=tmp_path)
     echo, add, count = results_of(result)
     assert not echo.is_error and echo.content == "allowed"  # exact beats the pattern
@@ -273,10 +287,15 @@ async def test_policy_patterns_exact_rules_win_and_the_stricter_pattern_wins(
 
 
 async def test_an_exact_rule_naming_no_tool_of_the_tree_is_refused_a_pattern_is_not(
-    tmp_path: Path,
+    tmp_path: Path, shared_server_url: str
 ) -> None:
     script = Script({"root": [text("done")]})
-    agent = Agent("root", "Go.", tools=[server(tmp_path).only("echo")], model=script.model)
+    agent = Agent(
+        "root",
+        "Go.",
+        tools=[MCPServer.http("test", shared_server_url).only("echo")],
+        model=script.model,
+    )
     with pytest.raises(ConfigurationError, match="did you mean 'test__echo'"):
         await run(agent, "Go.", policy=Policy({"test__ech": "deny"}), log_dir=tmp_path)
     assert script.requests == []
@@ -311,7 +330,7 @@ async def test_arguments_are_checked_against_the_input_schema_before_the_server_
 
 
 async def test_results_text_parts_in_order_other_parts_one_line_errors_and_the_cap(
-    tmp_path: Path,
+    tmp_path: Path, shared_server_url: str
 ) -> None:
     script = Script(
         {
@@ -325,7 +344,9 @@ async def test_results_text_parts_in_order_other_parts_one_line_errors_and_the_c
             ]
         }
     )
-    agent = Agent("root", "Go.", tools=[server(tmp_path)], model=script.model)
+    agent = Agent(
+        "root", "Go.", tools=[MCPServer.http("test", shared_server_url)], model=script.model
+    )
     result = await run(agent, "Go.", limits=Limits(max_result_chars=300), log_dir=tmp_path)
     mixed, failed, big = results_of(result)
     assert mixed.content.splitlines() == [
@@ -339,8 +360,11 @@ async def test_results_text_parts_in_order_other_parts_one_line_errors_and_the_c
     assert "[truncated: showing 300 of 5000 characters" in big.content
 
 
-async def test_annotations_make_tools_idempotent(tmp_path: Path) -> None:
-    tools = {t.name: t for t in await server(tmp_path).list_tools(log_dir=tmp_path)}
+async def test_annotations_make_tools_idempotent(tmp_path: Path, shared_server_url: str) -> None:
+    tools = {
+        t.name: t
+        for t in await MCPServer.http("test", shared_server_url).list_tools(log_dir=tmp_path)
+    }
     assert tools["test__add"].idempotent  # readOnlyHint
     assert tools["test__pid"].idempotent  # idempotentHint
     assert not tools["test__echo"].idempotent
