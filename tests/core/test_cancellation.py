@@ -122,24 +122,23 @@ async def test_awaitables_that_are_not_coroutines_are_driven_the_same_way() -> N
     assert await _trips_through_the_scheduler(lambda: _Awaitable(waits=True)) == (None, 1)
 
 
-async def test_a_deadline_passed_while_the_loop_was_blocked_stops_a_call_that_never_waits() -> None:
+async def test_a_deadline_passed_while_the_loop_was_blocked_stops_a_call_that_never_waits(
+    autojump_clock: Any,
+) -> None:
     # a tool busy without an await blocks the event loop past the run's deadline; the next
     # model call answers at once: the scheduler sees the deadline only during the call's one
     # trip through it, and the agent must end with timeout rather than take the answer
-    import time
-
     from orchestrator import Agent, Limits, RunStatus, run, tool
     from orchestrator.models import ScriptedModel, text, tool_call
 
     @tool
     async def busy() -> str:
-        """Work without ever awaiting."""
-        time.sleep(0.3)
+        """Work without ever awaiting (virtual time: the clock moves past the deadline as the
+        work's seconds would, and the tool surely starts before it, whatever the load)."""
+        autojump_clock.jump(30)
         return "done"
 
     model = ScriptedModel([tool_call("busy", {}), text("finished")])
-    result = await run(
-        Agent("a", "A.", model=model, tools=[busy]), "go", limits=Limits(timeout=0.1)
-    )
+    result = await run(Agent("a", "A.", model=model, tools=[busy]), "go", limits=Limits(timeout=10))
     assert result.status is RunStatus.TIMEOUT, result.output
     assert result.own_usage.requests == 2  # the late answer is not used, but it is billed

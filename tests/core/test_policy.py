@@ -273,9 +273,9 @@ def test_a_non_callable_approver_is_rejected_naming_the_approver():
 
 
 async def test_a_blocking_sync_approver_does_not_hold_up_the_run_or_its_deadline() -> None:
-    import time
-
     from orchestrator import Limits, RunStatus
+
+    asked, release, answered = threading.Event(), threading.Event(), threading.Event()
 
     @tool
     async def remove(path: str) -> str:
@@ -287,7 +287,9 @@ async def test_a_blocking_sync_approver_does_not_hold_up_the_run_or_its_deadline
         return f"removed {path}"
 
     def slow_human(call: PendingCall) -> bool:
-        time.sleep(1.0)  # a person thinking at a terminal
+        asked.set()
+        release.wait(60)  # a person thinking at a terminal
+        answered.set()
         return True
 
     agent = Agent(
@@ -297,10 +299,14 @@ async def test_a_blocking_sync_approver_does_not_hold_up_the_run_or_its_deadline
         policy=Policy(rules={"remove": "confirm"}, approver=slow_human),
         model=ScriptedModel([tool_call("remove", {"path": "x"}), text("done")]),
     )
-    started = time.monotonic()
-    result = await run(agent, "go", limits=Limits(timeout=0.3))
+    try:
+        result = await run(agent, "go", limits=Limits(timeout=1))
+        # the run ended at its deadline while the person was still thinking
+        assert asked.is_set() and not answered.is_set()
+    finally:
+        release.set()
+        await trio.to_thread.run_sync(answered.wait, 30)
     assert result.status is RunStatus.TIMEOUT
-    assert time.monotonic() - started < 0.9
 
 
 async def test_every_approver_of_the_combined_layers_must_say_yes() -> None:

@@ -25,6 +25,7 @@ from orchestrator import (
     run,
     tool,
 )
+from orchestrator.core.events import AgentFinished
 from orchestrator.core.journal_sqlite import SQLiteJournal, read_header
 from orchestrator.core.messages import transcript_problem
 from orchestrator.models import FunctionModel, response, text, tool_call
@@ -145,9 +146,12 @@ async def test_an_idempotent_call_in_flight_runs_again_on_resume(tmp_path):
     path = tmp_path / "run.db"
     GATE["a"] = trio.Event()
     async with open_run(LEAD, "go", model=MODEL, journal=path) as handle:
-        while SIDE_EFFECTS.count("fetch a") < 1 or SIDE_EFFECTS.count("fetch b") < 1:
-            await trio.sleep(0.01)
-        await trio.sleep(0.05)  # worker b finishes; worker a is held in its fetch
+        with trio.fail_after(30):  # worker b finishes; worker a is held in its fetch
+            async for event in handle.events:
+                if isinstance(event, AgentFinished) and event.path == "lead/worker#2":
+                    break
+            while "fetch a" not in SIDE_EFFECTS:
+                await trio.sleep(0.01)
         handle.cancel()
         await handle.result()
     GATE.clear()

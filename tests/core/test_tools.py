@@ -6,7 +6,6 @@ import functools
 import itertools
 import json
 import threading
-import time
 from typing import Annotated
 
 import pydantic
@@ -431,29 +430,27 @@ async def test_a_sync_tool_hanging_past_tool_timeout_is_abandoned_and_counted():
 
     @tool
     def hang() -> str:
-        """Hang until released."""
+        """Hang until released (or for a minute)."""
         try:
-            release.wait(10)
+            release.wait(60)
             return "late"
         finally:
             finished.set()
 
     model = ScriptedModel([tool_call("hang"), text("gave up")])
     agent = Agent("worker", "x", model=model, tools=[hang])
-    start = time.monotonic()
     try:
         async with open_run(agent, "go", limits=Limits(tool_timeout=0.2)) as handle:
             result = await handle.result()
-        elapsed = time.monotonic() - start
+        assert not finished.is_set(), "the run waited for the hung thread instead of abandoning it"
         assert result.status is RunStatus.COMPLETED
         (res,) = results_of(result)
         assert res.is_error
         assert "timed out" in res.content
         assert handle.abandoned_threads == 1
-        assert elapsed < 3, "the run waited for the hung thread instead of abandoning it"
     finally:
         release.set()
-        await trio.to_thread.run_sync(finished.wait, 5)
+        await trio.to_thread.run_sync(finished.wait, 30)
 
 
 @pytest.mark.parametrize("threads", [None, 3], ids=["default-32", "tool_threads=3"])
