@@ -2,10 +2,10 @@
 
 The tests run the server of ``tests/support/mcp_server.py`` as a real process: one of their
 own (stdio, or streamable HTTP on a free 127.0.0.1 port) where the process or state it keeps is
-the point, else the worker's shared one over HTTP (``shared_server_url``). They drive an agent through the public API with
-scripted models: names, narrowing, policy, argument checks, timeouts, cancellation reaching
-the server, results, failures at start and mid-run, the spans and the trace context in
-``_meta``.
+the point, else the worker's shared one over HTTP (``shared_server_url``). They drive an agent
+through the public API with scripted models: names, narrowing, policy, argument checks,
+timeouts, cancellation reaching the server, results, failures at start and mid-run, the spans
+and the trace context in ``_meta``.
 """
 
 from __future__ import annotations
