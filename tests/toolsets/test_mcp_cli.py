@@ -1,8 +1,9 @@
 """``orchestrator run FILE.py PROMPT --mcp NAME=COMMAND`` / ``--mcp NAME=URL``, and bad input.
 
-Each test runs the real command in a subprocess, with the test MCP server of tests/support as a
-real process (stdio) or on a free 127.0.0.1 port (HTTP). Bad input is one line on stderr and
-exit code 2, and nothing is left running (read from the process table).
+Each test runs the real command in this process (:mod:`support.cli`: what a process's start-up
+would add is not the point here), with the test MCP server of tests/support as a real process
+(stdio) or on a free 127.0.0.1 port (HTTP). Bad input is one line on stderr and exit code 2, and
+nothing is left running (read from the process table) once the command has returned.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from support.cli import Cli, CliRun
 from support.mcp_servers import SERVER, free_port, http_test_server
 
 
@@ -39,20 +41,24 @@ agent = Agent(
 POLICY = 'policy=Policy({{"{name}__fail": "deny", "{name}__s*": "confirm"}}),'
 
 
-def cli(
-    tmp_path: Path, *args: str, name: str = "test", policy: bool = False
-) -> subprocess.CompletedProcess[str]:
-    rules = POLICY.format(name=name) if policy else ""
-    (tmp_path / "agents.py").write_text(AGENTS.format(name=name, policy=rules))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "ANTHROPIC_"))}
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "run", "agents.py", "Go.", *args],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+def env() -> dict[str, str]:
+    """No Anthropic key, no OTLP exporter setting: traces go to files under ``runs/``."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "ANTHROPIC_"))}
+
+
+@pytest.fixture
+def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., CliRun]:
+    """``orchestrator run agents.py Go. ARGS`` in this process, in ``tmp_path`` with the
+    environment :func:`env` builds; the tree calls ``{name}__echo`` (and holds a policy over
+    the server's tools when ``policy``)."""
+    command = Cli(monkeypatch, tmp_path, env)
+
+    def run(*args: str, name: str = "test", policy: bool = False) -> CliRun:
+        rules = POLICY.format(name=name) if policy else ""
+        (tmp_path / "agents.py").write_text(AGENTS.format(name=name, policy=rules))
+        return command("run", "agents.py", "Go.", *args)
+
+    return run
 
 
 def stdio_spec(tmp_path: Path, name: str = "test") -> str:
@@ -66,13 +72,17 @@ def running_with(fragment: str) -> list[str]:
     return [line for line in out.stdout.splitlines() if fragment in line and "ps -eo" not in line]
 
 
-def test_a_stdio_server_from_the_command_line_gives_the_root_its_tools(tmp_path: Path) -> None:
-    proc = cli(tmp_path, "--mcp", stdio_spec(tmp_path))
+def test_a_stdio_server_from_the_command_line_gives_the_root_its_tools(
+    cli: Callable[..., CliRun], tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    proc = cli("--mcp", stdio_spec(tmp_path))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "echoed\n"
     assert "status=completed " in proc.stderr
-    # the server's stderr is in a log beside the trace, never on the terminal
+    # the server's stderr is in a log beside the trace, never on the terminal: neither the
+    # command's sys.stderr nor this process's file descriptor 2, which the server would inherit
     assert "test server default starting" not in proc.stderr
+    assert "test server default starting" not in capfd.readouterr().err
     (log,) = (tmp_path / "runs").glob("*.mcp-test.stderr.log")
     assert "test server default starting" in log.read_text()
     assert log.name.split(".")[0] == next((tmp_path / "runs").glob("*.jsonl")).stem
@@ -80,16 +90,18 @@ def test_a_stdio_server_from_the_command_line_gives_the_root_its_tools(tmp_path:
 
 
 def test_an_http_server_from_the_command_line(
-    tmp_path: Path, http_server: tuple[str, subprocess.Popen[bytes]]
+    cli: Callable[..., CliRun], http_server: tuple[str, subprocess.Popen[bytes]]
 ) -> None:
     url, _ = http_server
-    proc = cli(tmp_path, "--mcp", f"web={url}", name="web")
+    proc = cli("--mcp", f"web={url}", name="web")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "echoed\n"
 
 
-def test_dry_run_starts_the_servers_to_list_their_tools_and_policy(tmp_path: Path) -> None:
-    proc = cli(tmp_path, "--dry-run", "--mcp", stdio_spec(tmp_path), policy=True)
+def test_dry_run_starts_the_servers_to_list_their_tools_and_policy(
+    cli: Callable[..., CliRun], tmp_path: Path
+) -> None:
+    proc = cli("--dry-run", "--mcp", stdio_spec(tmp_path), policy=True)
     assert proc.returncode == 0, proc.stderr
     lines = dict(line.split(": ", 1) for line in proc.stdout.splitlines())
     assert lines["toolsets"] == "started 1 to list their tools"
@@ -145,14 +157,14 @@ def not_mcp(tmp_path: Path) -> Iterator[str]:
     ],
 )
 def test_bad_input_is_one_line_and_exit_2_with_nothing_left_running(
-    tmp_path: Path, not_mcp: str, spec: str, expected: str
+    cli: Callable[..., CliRun], tmp_path: Path, not_mcp: str, spec: str, expected: str
 ) -> None:
     failing = shlex.join(
         [sys.executable, str(SERVER), "--variant", "fail-start", "--marker-dir", str(tmp_path)]
     )
     printer = shlex.join([sys.executable, "-c", "print('hello, not MCP')"])
     spec = spec.format(port=free_port(), plain=not_mcp, failing=failing, printer=printer)
-    proc = cli(tmp_path, "--mcp", spec)
+    proc = cli("--mcp", spec)
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == ""
     (line,) = proc.stderr.splitlines()
