@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import os
 import shlex
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import pytest
@@ -111,11 +113,11 @@ def test_dry_run_starts_the_servers_to_list_their_tools_and_policy(
     assert running_with(str(tmp_path)) == []
 
 
-@pytest.fixture
-def not_mcp(tmp_path: Path) -> Iterator[str]:
-    """A plain HTTP server (not MCP) on a free 127.0.0.1 port."""
+@contextmanager
+def not_mcp(folder: Path) -> Iterator[str]:
+    """A plain HTTP server (not MCP) on a free 127.0.0.1 port, once it accepts connections."""
     port = free_port()
-    served = tmp_path / "plain"
+    served = folder / "plain"
     served.mkdir()
     proc = subprocess.Popen(
         [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
@@ -123,8 +125,15 @@ def not_mcp(tmp_path: Path) -> Iterator[str]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    time.sleep(0.5)
     try:
+        while True:  # bounded by the process: one that exits ends the wait
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None:
+                    raise RuntimeError("the plain HTTP server did not start") from None
+                time.sleep(0.05)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         proc.kill()
@@ -157,17 +166,18 @@ def not_mcp(tmp_path: Path) -> Iterator[str]:
     ],
 )
 def test_bad_input_is_one_line_and_exit_2_with_nothing_left_running(
-    cli: Callable[..., CliRun], tmp_path: Path, not_mcp: str, spec: str, expected: str
+    cli: Callable[..., CliRun], tmp_path: Path, spec: str, expected: str
 ) -> None:
     failing = shlex.join(
         [sys.executable, str(SERVER), "--variant", "fail-start", "--marker-dir", str(tmp_path)]
     )
     printer = shlex.join([sys.executable, "-c", "print('hello, not MCP')"])
-    spec = spec.format(port=free_port(), plain=not_mcp, failing=failing, printer=printer)
-    proc = cli("--mcp", spec)
+    with not_mcp(tmp_path) if "{plain}" in spec else nullcontext("") as plain:
+        spec = spec.format(port=free_port(), plain=plain, failing=failing, printer=printer)
+        proc = cli("--mcp", spec)
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == ""
     (line,) = proc.stderr.splitlines()
     assert line.startswith("orchestrator: ") and expected in line, line
     assert "Traceback" not in proc.stderr
-    assert [p for p in running_with(str(tmp_path)) if "http.server" not in p] == []
+    assert running_with(str(tmp_path)) == []
