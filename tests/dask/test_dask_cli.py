@@ -1,14 +1,23 @@
-"""``orchestrator run FILE --dask ...``: a tree from a file nobody installed on the workers."""
+"""``orchestrator run FILE --dask ...``: a tree from a file nobody installed on the workers.
+
+The command runs in this process (:mod:`support.cli`; its Dask clusters are processes of their
+own), but for the run that is killed mid-flight, which needs a process to kill.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
+from support.cli import Cli
 
 TREE = textwrap.dedent(
     '''
@@ -44,17 +53,19 @@ TREE = textwrap.dedent(
 )
 
 
-def orchestrator(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-    )
+def inherited() -> Mapping[str, str]:
+    """The environment as it is: what a subprocess of the test's would have inherited."""
+    return os.environ
 
 
-def test_a_tree_from_a_file_runs_its_children_on_a_local_cluster(tmp_path: Path):
+@pytest.fixture
+def orchestrator(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Cli:
+    """``orchestrator(*args)``: the command in this process, in ``tmp_path``, in the test's
+    own environment."""
+    return Cli(monkeypatch, tmp_path, inherited)
+
+
+def test_a_tree_from_a_file_runs_its_children_on_a_local_cluster(orchestrator: Cli, tmp_path: Path):
     (tmp_path / "mytree.py").write_text(TREE)
     runs = tmp_path / "runs"
     done = orchestrator(
@@ -66,7 +77,6 @@ def test_a_tree_from_a_file_runs_its_children_on_a_local_cluster(tmp_path: Path)
         "--json",
         "--runs-dir",
         str(runs),
-        cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
@@ -98,7 +108,9 @@ def test_a_tree_from_a_file_runs_its_children_on_a_local_cluster(tmp_path: Path)
         ("ftp://host:1", "unknown scheme 'ftp'"),
     ],
 )
-def test_bad_dask_values_exit_2_with_one_line(tmp_path: Path, value: str, says: str):
+def test_bad_dask_values_exit_2_with_one_line(
+    orchestrator: Cli, tmp_path: Path, value: str, says: str
+):
     (tmp_path / "mytree.py").write_text(TREE)
     done = orchestrator(
         "run",
@@ -108,7 +120,6 @@ def test_bad_dask_values_exit_2_with_one_line(tmp_path: Path, value: str, says: 
         value,
         "--runs-dir",
         str(tmp_path / "runs"),
-        cwd=tmp_path,
     )
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
@@ -154,16 +165,15 @@ CRASH_TREE = textwrap.dedent(
 )
 
 
-def test_a_remote_child_in_flight_at_a_crash_is_not_run_again_on_resume(tmp_path: Path):
-    import os
-    import signal
-    import time
-
+def test_a_remote_child_in_flight_at_a_crash_is_not_run_again_on_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     (tmp_path / "crash.py").write_text(CRASH_TREE)
     mark = tmp_path / "started.log"
     env = {**os.environ, "DASK_CRASH_MARK": str(mark)}
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
     runs = tmp_path / "runs"
+    # the run that crashes is a process of its own, killed with its cluster
     command = [sys.executable, "-m", "orchestrator.cli"]
     proc = subprocess.Popen(
         [*command, "run", "crash.py", "go", "--dask", "local:1", "--runs-dir", str(runs)],
@@ -182,14 +192,8 @@ def test_a_remote_child_in_flight_at_a_crash_is_not_run_again_on_resume(tmp_path
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     [journal] = runs.glob("*.db")
-    done = subprocess.run(
-        [*command, "resume", journal.stem, "--dask", "local:1", "--json", "--runs-dir", str(runs)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    resume = Cli(monkeypatch, tmp_path, lambda: env)  # the resumed run in this process
+    done = resume("resume", journal.stem, "--dask", "local:1", "--json", "--runs-dir", str(runs))
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["status"] == "completed"
@@ -197,14 +201,14 @@ def test_a_remote_child_in_flight_at_a_crash_is_not_run_again_on_resume(tmp_path
     assert mark.read_text() == "started\n"  # once: never again on a worker
 
 
-def test_the_research_tree_runs_its_researchers_on_a_local_cluster(tmp_path: Path):
+def test_the_research_tree_runs_its_researchers_on_a_local_cluster(orchestrator: Cli):
     """The main job: its corpus tools pickle as where the corpus is, and each worker opens its
     own index; the answer is the one the in-process run gives."""
     research = Path(__file__).parents[2] / "agents" / "research.py"
     prompt = "How do lambda expressions work?"
-    here = orchestrator("run", str(research), prompt, "--json", "--runs-dir", "a", cwd=tmp_path)
+    here = orchestrator("run", str(research), prompt, "--json", "--runs-dir", "a")
     there = orchestrator(
-        "run", str(research), prompt, "--json", "--runs-dir", "b", "--dask", "local:2", cwd=tmp_path
+        "run", str(research), prompt, "--json", "--runs-dir", "b", "--dask", "local:2"
     )
     assert here.returncode == 0 and there.returncode == 0, there.stderr
     local, remote = json.loads(here.stdout), json.loads(there.stdout)
