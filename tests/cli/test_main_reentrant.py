@@ -236,3 +236,30 @@ def test_tree_files_of_one_name_in_two_folders_stay_apart_and_an_edit_is_read(
     # Python's own blind spot, the bytecode cache's)
     (tmp_path / "a" / "agents.py").write_text(tree.format(answer="edited since"))
     assert cli("run", "agents.py", "go", "--quiet", cwd=tmp_path / "a").stdout == "edited since\n"
+
+
+def test_a_warning_the_tree_logs_reaches_the_commands_stderr_as_in_a_process_of_its_own(
+    cli: Cli, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # pytest's log capture holds the root logger's handlers while a test runs: in process, a
+    # record must still reach the CLI's handler of last resort, as a process's would
+    (tmp_path / "loud.py").write_text(
+        "import logging\n"
+        "from orchestrator import Agent, tool\n"
+        "from orchestrator.models import ScriptedModel, text, tool_call\n"
+        "logging.getLogger('loud').warning('warned at import')\n"
+        "@tool\n"
+        "def shout() -> str:\n"
+        '    """Warn."""\n'
+        "    logging.getLogger('loud').warning('warned in the run')\n"
+        "    return 'shouted'\n"
+        "agent = Agent('loud', 'Shout.', tools=[shout],\n"
+        "    model=ScriptedModel([tool_call('shout', {}), text('done')]))\n"
+    )
+    handlers = logging.getLogger().handlers
+    proc = cli("run", "loud.py", "go", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == ["warned at import", "warned in the run"]
+    assert json.loads(proc.stdout)["output"] == "done"
+    assert logging.getLogger().handlers == handlers  # pytest's again
+    assert caplog.records == []  # what the command logged went where a process's goes

@@ -5,12 +5,15 @@ In process costs no interpreter start-up nor imports, so the CLI's tests use it 
 signal, an exit after a kill, a crash, a terminal or a file descriptor is not the point (those
 run ``python -m orchestrator.cli``). ``sys.stdin``, ``sys.stdout`` and ``sys.stderr`` are
 ``io.StringIO`` objects while ``main`` runs: not terminals, as pipes are not, so the CLI's
-``isatty()`` checks choose what a piped run does (plain progress, no approval questions).
+``isatty()`` checks choose what a piped run does (plain progress, no approval questions). The
+root logger has no handlers meanwhile, as in a process of its own: a warning logged during the
+run reaches ``logging.lastResort`` (the CLI's, on its stderr), not pytest's log capture.
 """
 
 from __future__ import annotations
 
 import io
+import logging
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -61,9 +64,23 @@ def standard_streams(stdin: str = "") -> Iterator[tuple[io.StringIO, io.StringIO
         sys.stdin, sys.stdout, sys.stderr = saved
 
 
+@contextmanager
+def unconfigured_logging() -> Iterator[None]:
+    """The root logger without handlers, as a new process has it (pytest holds handlers of its
+    own there while a test runs, which would take every record); its own afterwards."""
+    root = logging.getLogger()
+    saved = root.handlers
+    root.handlers = []
+    try:
+        yield
+    finally:
+        root.handlers = saved
+
+
 def run_main(args: list[str], *, stdin: str = "") -> CliRun:
-    """``main(args)`` with the standard streams of :func:`standard_streams`."""
-    with standard_streams(stdin) as (out, err):
+    """``main(args)`` with the standard streams of :func:`standard_streams` and the logging
+    of :func:`unconfigured_logging`."""
+    with standard_streams(stdin) as (out, err), unconfigured_logging():
         code = main(args)
     return CliRun(args, code, out.getvalue(), err.getvalue())
 
