@@ -6,10 +6,11 @@ known key (only the environment says they are secrets). The agents' model "knows
 them everywhere it chooses a string: as a tool name, a tool call id, a tool argument, a
 subagent's task, a stop reason, an error type, the reply's model name and id, and the answer;
 the user puts them in the prompt and an agent's description. The real ``orchestrator`` command
-runs the tree in a subprocess; the canaries must appear in none of: the trace file (span names
-and attributes, with content capture on and off), the plain progress lines on a stderr that
-is not a terminal (CI logs), the live view on a terminal, the diagnostics, ``--json``, the
-answer, ``trace show`` and ``trace list``.
+runs the tree, in this process (:mod:`support.cli`) but for the live view, which needs a
+terminal (a subprocess on a pseudo-terminal); the canaries must appear in none of: the trace
+file (span names and attributes, with content capture on and off), the plain progress lines on
+a stderr that is not a terminal (CI logs), the live view on a terminal, the diagnostics,
+``--json``, the answer, ``trace show``, ``trace list`` and ``trace export``.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ import shlex
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
+from support.cli import Cli, CliRun
 
 KEY = "canary-api-key-Zq8w3Xy7Vb5n"
 TOKEN = "canary-deploy-tok-Pm4k2Jh9"
@@ -42,6 +45,7 @@ AGENTS = textwrap.dedent(
 
     KEY = os.environ["ANTHROPIC_API_KEY"]
     TOKEN = os.environ["DEPLOY_TOKEN"]
+    PAUSE = float(os.environ.get("SECRETS_TREE_PAUSE", "0"))  # seconds per tool call's start
 
 
     def turn(request):
@@ -50,14 +54,14 @@ AGENTS = textwrap.dedent(
 
     class Streaming(FunctionModel):
         """Reports each tool call as it starts, as a streaming provider does, and takes a
-        moment over it (so the live view draws it)."""
+        moment over it when told to (so the live view draws it)."""
 
         async def request(self, request, ctx):
             reply = await super().request(request, ctx)
             for block in reply.content:
                 if block.type == "tool_use":
                     ctx.on_tool_call_start(block.id, block.name)
-                    await trio.sleep(0.3)
+                    await trio.sleep(PAUSE)
             return reply
 
 
@@ -121,18 +125,6 @@ def cli_env(capture: bool) -> dict[str, str]:
     return env
 
 
-def orchestrator(cwd: Path, *args: str, capture: bool = False) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", *args],
-        cwd=cwd,
-        env=cli_env(capture),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 def leaked(*outputs: str) -> list[str]:
     return [c for c in CANARIES for out in outputs if c in out]
 
@@ -143,6 +135,17 @@ def work(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.fixture
+def orchestrator(work: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., CliRun]:
+    """``orchestrator(*args)``: the command in this process, in ``work``, in the environment
+    :func:`cli_env` builds (content capture as ``capture`` says), plus ``env``."""
+
+    def run(*args: str, capture: bool = False, env: Mapping[str, str] | None = None) -> CliRun:
+        return Cli(monkeypatch, work, lambda: cli_env(capture))(*args, env=env)
+
+    return run
+
+
 def the_trace(work: Path) -> Path:
     (trace,) = (work / "runs").glob("*.jsonl")
     return trace
@@ -150,9 +153,9 @@ def the_trace(work: Path) -> Path:
 
 @pytest.mark.parametrize("capture", [False, True], ids=["content-off", "content-on"])
 def test_no_secret_in_the_trace_file_the_plain_progress_the_answer_or_the_summary(
-    work: Path, capture: bool
+    orchestrator: Callable[..., CliRun], work: Path, capture: bool
 ) -> None:
-    proc = orchestrator(work, "run", "agents.py:lead", "prompt with " + KEY, capture=capture)
+    proc = orchestrator("run", "agents.py:lead", "prompt with " + KEY, capture=capture)
     assert proc.returncode == 0, proc.stderr
     # what the model chose really was used: the run did what the leak needs
     assert proc.stdout == "the answer is [REDACTED]\n"
@@ -187,13 +190,13 @@ def test_no_secret_in_the_trace_file_the_plain_progress_the_answer_or_the_summar
     assert ("gen_ai.agent.description", "holds [REDACTED]") in attributes
 
     for args in (["trace", "show"], ["trace", "list"]):
-        shown = orchestrator(work, *args)
+        shown = orchestrator(*args)
         assert shown.returncode == 0, shown.stderr
         assert leaked(shown.stdout, shown.stderr) == []
 
 
-def test_no_secret_in_json_output(work: Path) -> None:
-    proc = orchestrator(work, "run", "agents.py:lead", "prompt with " + KEY, "--json")
+def test_no_secret_in_json_output(orchestrator: Callable[..., CliRun]) -> None:
+    proc = orchestrator("run", "agents.py:lead", "prompt with " + KEY, "--json")
     assert proc.returncode == 0, proc.stderr
     assert leaked(proc.stdout, proc.stderr) == []
     result = json.loads(proc.stdout)
@@ -202,8 +205,8 @@ def test_no_secret_in_json_output(work: Path) -> None:
     assert any("[REDACTED]" in (error or "") for error in errors), errors
 
 
-def test_no_secret_in_the_run_ended_diagnostic(work: Path) -> None:
-    proc = orchestrator(work, "run", "agents.py:alone", "go")
+def test_no_secret_in_the_run_ended_diagnostic(orchestrator: Callable[..., CliRun]) -> None:
+    proc = orchestrator("run", "agents.py:alone", "go")
     assert proc.returncode == 1, proc.stderr
     assert "run ended with error: " in proc.stderr
     assert "[REDACTED]" in proc.stderr
@@ -211,13 +214,14 @@ def test_no_secret_in_the_run_ended_diagnostic(work: Path) -> None:
 
 
 def test_no_secret_on_the_live_view_of_a_terminal(work: Path) -> None:
+    # a terminal of its own: the command in a subprocess on the pseudo-terminal of script(1)
     command = shlex.join(
         [sys.executable, "-m", "orchestrator.cli", "run", "agents.py:lead", "with " + KEY]
     )
     proc = subprocess.run(
         ["script", "-qefc", f"{command} > stdout.txt", "/dev/null"],
         cwd=work,
-        env=cli_env(capture=False),
+        env={**cli_env(capture=False), "SECRETS_TREE_PAUSE": "0.3"},
         stdin=subprocess.DEVNULL,
         capture_output=True,
         timeout=60,
@@ -230,7 +234,7 @@ def test_no_secret_on_the_live_view_of_a_terminal(work: Path) -> None:
 
 
 def test_an_otlp_endpoints_password_is_not_shown_in_the_summary_json_or_trace_export(
-    work: Path,
+    orchestrator: Callable[..., CliRun], work: Path
 ) -> None:
     from support.otlp_receiver import OtlpReceiver
 
@@ -238,26 +242,18 @@ def test_an_otlp_endpoints_password_is_not_shown_in_the_summary_json_or_trace_ex
     with OtlpReceiver() as receiver:
         host = receiver.http_endpoint.split("://", 1)[1]
         endpoint = f"http://collector:{password}@{host}"
-        env = {**cli_env(capture=False), "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}
         outputs = []
         for extra in ([], ["--json"]):
-            proc = subprocess.run(
-                [sys.executable, "-m", "orchestrator.cli", "run", "agents.py:lead", "go", *extra],
-                cwd=work,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
+            proc = orchestrator("run", "agents.py:lead", "go", *extra, env=env)
             assert proc.returncode == 0, proc.stderr
             outputs += [proc.stdout, proc.stderr]
         assert f"trace=http://***@{host}" in outputs[1]
         assert json.loads(outputs[2])["trace"].startswith(f"http://***@{host}")
         for kept in (work / "runs").glob("*.jsonl"):  # the OTLP runs kept their files too
             kept.unlink()
-        assert orchestrator(work, "run", "agents.py:lead", "go", "--quiet").returncode == 0
-        sent = orchestrator(work, "trace", "export", str(the_trace(work)), "--endpoint", endpoint)
+        assert orchestrator("run", "agents.py:lead", "go", "--quiet").returncode == 0
+        sent = orchestrator("trace", "export", str(the_trace(work)), "--endpoint", endpoint)
         # sent, or refused (urllib cannot send to a URL holding a user): named without it
         assert f"http://***@{host}" in sent.stdout + sent.stderr
         outputs += [sent.stdout, sent.stderr]
