@@ -1,15 +1,17 @@
 """Terminal injection: no text a model, a tool, a provider or a trace file chose can drive the
 terminal the command line writes to.
 
-Each test runs the real ``orchestrator`` command in a subprocess: on a real terminal (``script``
-gives it a pseudo-terminal, so progress is rich's live tree) or with stderr piped (plain progress
-lines, as in CI logs). The hostile texts are the escape sequences a terminal acts on: a CSI that
-clears the screen, an OSC that retitles the window, an OSC 8 hyperlink, an 8-bit C1 CSI, a BEL
-and a right-to-left override. Every one of them is followed by an ``INJ-`` marker, so that what
-the terminal got can be told apart from the command's own drawing (rich's colours and cursor
-moves): the terminal must get no OSC, no C1, no BEL and no format character at all, no escape
-that begins one of the hostile texts, and each marker must still be visible (the text is shown
-escaped, not dropped). Only the run's answer on stdout is written as the model wrote it.
+Each test runs the real ``orchestrator`` command: on a real terminal, in a subprocess (``script``
+gives it a pseudo-terminal, so progress is rich's live tree), or with standard streams that are not
+terminals, in this process (:mod:`support.cli`; plain progress lines, as in CI logs, and whatever
+reached the process's file descriptors 1 and 2 directly is read too). The hostile texts are the
+escape sequences a terminal acts on: a CSI that clears the screen, an OSC that retitles the window,
+an OSC 8 hyperlink, an 8-bit C1 CSI, a BEL and a right-to-left override. Every one of them is
+followed by an ``INJ-`` marker, so that what the terminal got can be told apart from the command's
+own drawing (rich's colours and cursor moves): the terminal must get no OSC, no C1, no BEL and no
+format character at all, no escape that begins one of the hostile texts, and each marker must still
+be visible (the text is shown escaped, not dropped). Only the run's answer on stdout is written as
+the model wrote it.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ import subprocess
 import sys
 import textwrap
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from support.cli import Cli, CliRun
 from support.fake_messages_server import Error, FakeMessagesServer
 
 CSI = "\x1b[2JINJ-CSI"
@@ -54,6 +57,7 @@ AGENTS = textwrap.dedent(
     BIDI = {BIDI!r}
     ANSWER = {ANSWER!r}
     EVIL_TOOL = "look" + CSI + TITLE + BIDI
+    PAUSE = float(os.environ.get("INJECTION_TREE_PAUSE", "0"))  # seconds per tool call's start
 
 
     def turn(request):
@@ -62,14 +66,14 @@ AGENTS = textwrap.dedent(
 
     class Streaming(FunctionModel):
         """A FunctionModel that reports each tool call as it starts, as a streaming provider
-        does, and takes a moment over it (so the live view draws it)."""
+        does, and takes a moment over it when told to (so the live view draws it)."""
 
         async def request(self, request, ctx):
             reply = await super().request(request, ctx)
             for block in reply.content:
                 if block.type == "tool_use":
                     ctx.on_tool_call_start(block.id, block.name)
-                    await trio.sleep(0.4)
+                    await trio.sleep(PAUSE)
             return reply
 
 
@@ -127,28 +131,35 @@ def cli_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def piped(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """The command with stdout and stderr piped (plain progress lines)."""
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", *args],
-        cwd=cwd,
-        env=cli_env(**env),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+@pytest.fixture
+def piped(
+    work: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> Callable[..., CliRun]:
+    """``piped(*args, **env)``: the command in this process, in ``work``, with standard
+    streams that are not terminals (plain progress lines); its stdout and stderr hold what
+    reached file descriptors 1 and 2 directly too, as a piped process's would."""
+
+    def run(*args: str, **env: str) -> CliRun:
+        capfd.readouterr()  # (what came before the command is not its)
+        proc = Cli(monkeypatch, work, lambda: cli_env(**env))(*args)
+        direct = capfd.readouterr()
+        return CliRun(
+            proc.args, proc.returncode, proc.stdout + direct.out, proc.stderr + direct.err
+        )
+
+    return run
 
 
 def in_terminal(cwd: Path, *args: str, **env: str) -> tuple[int, str, str]:
     """The command on a real pseudo-terminal (``script``), its stdout sent to a file:
-    (exit code, everything the terminal got, stdout)."""
+    (exit code, everything the terminal got, stdout). A model's tool call takes a moment as it
+    starts (so the live view draws it)."""
     answer = cwd / "stdout.txt"
     command = shlex.join([sys.executable, "-m", "orchestrator.cli", *args])
     proc = subprocess.run(
         ["script", "-qefc", f"{command} > {shlex.quote(str(answer))}", "/dev/null"],
         cwd=cwd,
-        env=cli_env(**env),
+        env=cli_env(INJECTION_TREE_PAUSE="0.4", **env),
         stdin=subprocess.DEVNULL,
         capture_output=True,
         timeout=60,
@@ -206,8 +217,8 @@ def test_the_live_view_shows_hostile_tool_names_tasks_and_errors_escaped(work: P
     assert answer == ANSWER + "\n"
 
 
-def test_plain_progress_lines_carry_no_escape_at_all(work: Path) -> None:
-    proc = piped(work, "run", "agents.py:lead", "go " + TITLE)
+def test_plain_progress_lines_carry_no_escape_at_all(piped: Callable[..., CliRun]) -> None:
+    proc = piped("run", "agents.py:lead", "go " + TITLE)
     assert proc.returncode == 0, proc.stderr
     assert "\x1b" not in proc.stderr
     assert_clean(proc.stderr, ("INJ-CSI", "INJ-TITLE"))
@@ -217,14 +228,16 @@ def test_plain_progress_lines_carry_no_escape_at_all(work: Path) -> None:
     assert proc.stdout == ANSWER + "\n"
 
 
-def test_a_tool_errors_text_in_the_run_ended_diagnostic_is_shown_escaped(work: Path) -> None:
+def test_a_tool_errors_text_in_the_run_ended_diagnostic_is_shown_escaped(
+    work: Path, piped: Callable[..., CliRun]
+) -> None:
     code, terminal, answer = in_terminal(work, "run", "agents.py:solo", "go")
     assert code == 7, terminal  # error_threshold
     assert "run ended with error_threshold: " in terminal
     assert "last error: \\x1b]8;;https://evil.example/INJ-LINK\\x1b\\click" in terminal
     assert_clean(terminal, ("INJ-TITLE", "INJ-LINK", "INJ-C1", "INJ-BIDI"))
     assert answer == ""
-    proc = piped(work, "run", "agents.py:solo", "go")
+    proc = piped("run", "agents.py:solo", "go")
     assert proc.returncode == 7
     assert "\x1b" not in proc.stderr
     assert_clean(proc.stderr, ("INJ-TITLE", "INJ-LINK", "INJ-C1", "INJ-BIDI"))
@@ -276,8 +289,10 @@ def hostile_trace(runs: Path) -> tuple[Path, str]:
     return edited, run_id
 
 
-def test_trace_list_and_show_draw_every_field_of_a_hostile_trace_file_escaped(work: Path) -> None:
-    proc = piped(work, "run", "agents.py:lead", "go", "--quiet")
+def test_trace_list_and_show_draw_every_field_of_a_hostile_trace_file_escaped(
+    work: Path, piped: Callable[..., CliRun]
+) -> None:
+    proc = piped("run", "agents.py:lead", "go", "--quiet")
     assert proc.returncode == 0, proc.stderr
     runs = work / "runs"
     (trace,) = runs.glob("*.jsonl")
@@ -310,30 +325,34 @@ def test_trace_list_and_show_draw_every_field_of_a_hostile_trace_file_escaped(wo
         assert_clean(terminal, markers)
         if "INJ-MARKUP" in markers:
             assert "[link=https://evil.example/]INJ-MARKUP[/link]" in terminal  # not markup
-        proc = piped(work, *args)
+        proc = piped(*args)
         assert proc.returncode == 0, proc.stderr
         assert "\x1b" not in proc.stdout
         assert_clean(proc.stdout, markers)
 
 
-def test_a_usage_error_quoting_an_agent_files_exception_is_shown_escaped(work: Path) -> None:
+def test_a_usage_error_quoting_an_agent_files_exception_is_shown_escaped(
+    work: Path, piped: Callable[..., CliRun]
+) -> None:
     (work / "bad.py").write_text(f"raise RuntimeError({(TITLE + CSI)!r})\n")
-    proc = piped(work, "run", "bad.py", "go")
+    proc = piped("run", "bad.py", "go")
     assert proc.returncode == 2
     assert proc.stderr.startswith("orchestrator: bad.py failed to import: RuntimeError: ")
     assert_clean(proc.stderr, ("INJ-TITLE", "INJ-CSI"))
 
 
-def test_argparse_quoting_the_command_line_is_shown_escaped(work: Path) -> None:
-    proc = piped(work, "run", "agents.py", "go", "extra" + TITLE)
+def test_argparse_quoting_the_command_line_is_shown_escaped(piped: Callable[..., CliRun]) -> None:
+    proc = piped("run", "agents.py", "go", "extra" + TITLE)
     assert proc.returncode == 2
     assert "unrecognized arguments: extra\\x1b]0;INJ-TITLE\\x07" in proc.stderr
     assert_clean(proc.stderr, ("INJ-TITLE",))
 
 
-def test_a_library_warning_on_stderr_is_shown_escaped(work: Path) -> None:
+def test_a_library_warning_on_stderr_is_shown_escaped(
+    work: Path, piped: Callable[..., CliRun]
+) -> None:
     # a library warning (here: an approver that broke) goes through Python's handler of last
-    # resort when the program configured no logging
+    # resort when the program configured no logging (in process too: support.cli)
     (work / "approve.py").write_text(
         textwrap.dedent(
             f"""
@@ -358,7 +377,7 @@ def test_a_library_warning_on_stderr_is_shown_escaped(work: Path) -> None:
             """
         )
     )
-    proc = piped(work, "run", "approve.py", "go")
+    proc = piped("run", "approve.py", "go")
     assert proc.returncode == 0, proc.stderr
     assert "the approver raised on a call to 'act'" in proc.stderr
     assert_clean(proc.stderr, ("INJ-TITLE", "INJ-BIDI"))
