@@ -1,13 +1,13 @@
 """Inputs no model or tool should be able to crash the runtime with, at depth 0, 1 and 2.
 
-Deep nesting: tool input a model sends nested 1,000, 10,000 and 100,000 levels deep (and input
-that holds itself), a tool returning data that deep, a tool raising a group of groups that
-deep, a real adapter reading such input off the wire, a history holding it, wire messages
-nesting blocks in blocks, and the command line running such a tree. The runtime refuses what
-nests past ``MAX_NESTING`` (100) levels where it enters: a tool call gets an ``is_error`` result
-naming the limit (the model can recover), a result becomes an error result, a history is a
-ConfigurationError; input just within the limit reaches the tool through every walk (spans with
-content, the approver's copy, the repeat guard, clearing, the trace file).
+Deep nesting: tool input a model sends nested 1,000, 10,000 and 100,000 levels deep (and input that
+holds itself), a tool returning data that deep, a tool raising a group of groups that deep, a real
+adapter reading such input off the wire, a history holding it, wire messages nesting blocks in
+blocks, and the command line (in this process: :mod:`support.cli`) running such a tree. The runtime
+refuses what nests past ``MAX_NESTING`` (100) levels where it enters: a tool call gets an
+``is_error`` result naming the limit (the model can recover), a result becomes an error result, a
+history is a ConfigurationError; input just within the limit reaches the tool through every walk
+(spans with content, the approver's copy, the repeat guard, clearing, the trace file).
 
 Malformed replies and usage: a reply whose blocks are not what a reply holds ends that agent
 with ``error`` and a reason saying what was wrong; usage that is negative, NaN, infinite, not a
@@ -23,8 +23,6 @@ import json
 import math
 import os
 import re
-import subprocess
-import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,6 +42,7 @@ from faultkit import (
     nodes,
     scripted,
 )
+from support.cli import Cli
 from support.fake_messages_server import FakeMessagesServer
 from support.fake_messages_server import Message as WireReply
 from support.fake_messages_server import text as wire_text
@@ -500,41 +499,48 @@ agent = Agent(
 """
 
 
-def cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def cli_env() -> dict[str, str]:
+    """No Anthropic key, no OTLP exporter setting (traces go to files under ``runs/``)."""
     env = {
         k: v
         for k, v in os.environ.items()
         if k != "ANTHROPIC_API_KEY" and not k.startswith("OTEL_")
     }
     env.update(PYTHONIOENCODING="utf-8", COLUMNS="200")
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    return env
+
+
+@pytest.fixture
+def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Cli:
+    """The command in this process (:mod:`support.cli`), in ``tmp_path``, in the environment
+    :func:`cli_env` builds."""
+    return Cli(monkeypatch, tmp_path, cli_env)
 
 
 @pytest.mark.parametrize("levels", LEVELS)
 def test_the_cli_runs_a_tree_whose_model_and_tool_nest_past_the_limit_without_a_traceback(
-    tmp_path: Path, levels: int
+    cli: Cli, tmp_path: Path, levels: int
 ) -> None:
     (tmp_path / "agents.py").write_text(textwrap.dedent(CLI_AGENTS.format(levels=levels)))
-    proc = cli(tmp_path, "run", "agents.py", "Go.", "--json")
+    proc = cli("run", "agents.py", "Go.", "--json")
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.returncode == 0, proc.stderr  # completed: the model recovered from both errors
     payload = json.loads(proc.stdout)
     assert payload["status"] == "completed"
     assert payload["output"] == "Both calls failed, and I carried on."
-    shown = cli(tmp_path, "trace", "show")  # the trace file was written and reads back
+    shown = cli("trace", "show")  # the trace file was written and reads back
     assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
 
 
 def test_the_cli_ends_with_exit_code_1_and_one_reason_when_the_model_reply_is_malformed(
-    tmp_path: Path,
+    cli: Cli, tmp_path: Path
 ) -> None:
     (tmp_path / "agents.py").write_text(
         "from orchestrator import Agent, TextBlock\n"
         "from orchestrator.models import ScriptedModel\n"
         "agent = Agent('root', 'Answer.', tools=[], model=ScriptedModel([[TextBlock(['a'])]]))\n"
     )
-    proc = cli(tmp_path, "run", "agents.py", "Go.")
+    proc = cli("run", "agents.py", "Go.")
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.returncode == 1, proc.stderr
     assert "TextBlock" in proc.stderr and "must be a string" in proc.stderr
