@@ -30,7 +30,7 @@ import threading
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -372,11 +372,14 @@ class Observer:
         prompt: str = "Begin.",
         *,
         cancel_after: float | None = None,
+        cancel_when: Callable[[], Awaitable[None]] | None = None,
         scope_after: float | None = None,
         **options: Any,
     ) -> Outcome:
         """Run ``tree`` through ``open_run``; ``cancel_after`` calls ``handle.cancel()`` after
-        that many seconds, ``scope_after`` cancels an enclosing cancel scope instead."""
+        that many seconds, ``cancel_when`` once it returns (a moment of the run, on the real
+        clock: a wait for something to happen, never a duration), ``scope_after`` cancels an
+        enclosing cancel scope instead."""
         self.caplog.set_level(logging.DEBUG)
         self.tasks_before = live_tasks()
         self.threads_before = counted_threads()
@@ -393,13 +396,16 @@ class Observer:
                 async with open_run(
                     tree, prompt, tracer_provider=self.setup.tracer_provider, **options
                 ) as handle:
-                    if cancel_after is None:
+                    if cancel_after is None and cancel_when is None:
                         outcome.result = await handle.result()
                     else:
                         async with trio.open_nursery() as nursery:
 
                             async def canceller(h: RunHandle = handle) -> None:
-                                await trio.sleep(cancel_after)
+                                if cancel_when is not None:
+                                    await cancel_when()
+                                else:
+                                    await trio.sleep(cancel_after or 0.0)
                                 if not h.done:
                                     outcome.cut_at = trio.current_time()
                                 h.cancel()
@@ -575,7 +581,7 @@ class Observer:
             extra = counted_threads() - self.threads_before
             return [t for t in extra if t.is_alive() and t.name not in _TRACING_THREADS]
 
-        settle = time.monotonic() + 1.0
+        settle = time.monotonic() + 10.0  # a bound, generous for a loaded machine
         while len(still_running()) != abandoned and time.monotonic() < settle:
             time.sleep(0.005)
         running = still_running()
@@ -610,7 +616,7 @@ class Observer:
             release()
         if wait_released is not None:
             assert wait_released(), "a released tool thread did not finish"
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 30  # a bound, generous for a loaded machine
         while counted_active_count() > self.active_before and time.monotonic() < deadline:
             time.sleep(0.01)
         assert counted_active_count() == self.active_before, (

@@ -7,11 +7,11 @@ max_retries=1)``: its first call succeeds (a tool call), every later one meets t
 retryable fault is retried once and then ends the agent with ``error``; its parent sees an
 ``is_error`` result and goes on. A 401 is fatal: it ends the whole run with ``error``. The
 server echoes the key into its error messages, so the canary check proves the adapter keeps it
-out. Virtual time jumps only after 0.2 s of real idleness (``MockClock(autojump_threshold=0.2)``,
-like tests/models/test_anthropic.py with a little more margin): requests in flight to the server
-are not disturbed, backoff sleeps are skipped. The cancellation test runs on the real clock.
-The SDK is imported when this module loads: the adapter imports it in a worker thread on first
-use, and a virtual clock would jump (past a run's deadline) while that thread works.
+out. Virtual time jumps only while no request is in flight (``support.clocks.jump_when_idle``):
+backoff sleeps are skipped, and a server answering late on a loaded machine never has the run's
+deadline pass under its request. The cancellation test runs on the real clock. The SDK is
+imported when this module loads: the adapter imports it in a worker thread on first use, and a
+virtual clock would jump (past a run's deadline) while that thread works.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from faultkit import (
     expect,
     find_faulty,
 )
+from support.clocks import jump_when_idle
 from support.fake_messages_server import (
     Drop,
     Error,
@@ -52,7 +53,8 @@ MAX_RETRIES = 1
 
 @pytest.fixture
 def virtual_clock() -> trio.testing.MockClock:
-    return trio.testing.MockClock(autojump_threshold=0.2)
+    """pytest-trio runs a test that asks for it on this clock; jump_when_idle moves it."""
+    return trio.testing.MockClock()
 
 
 @pytest.fixture
@@ -149,7 +151,9 @@ async def test_model_fault(
     obs: Observer,
     server: FakeMessagesServer,
     virtual_clock: trio.testing.MockClock,
+    nursery: trio.Nursery,
 ) -> None:
+    nursery.start_soon(jump_when_idle, virtual_clock)
     reply, want, kind, _ = CASES[fault]
     server.responder = responder_for(reply)
     model = AnthropicModel(
@@ -180,10 +184,11 @@ async def test_model_fault(
 
 CANCEL_STREAM = describe(
     "cancel during a streaming model call",
-    "the server starts a streamed answer and stalls mid-stream; handle.cancel() after 0.5 s of "
-    "real time stops the tree at once, the connection closed, nothing left running",
+    "the server starts a streamed answer and stalls mid-stream for 30 s; handle.cancel() once "
+    "it stalls stops the tree at once, the connection closed, nothing left running",
     order=210,
 )
+STALL = 30.0
 
 
 @pytest.mark.parametrize("depth", DEPTHS)
@@ -191,22 +196,29 @@ async def test_cancel_during_a_streaming_model_call(
     depth: int, obs: Observer, server: FakeMessagesServer
 ) -> None:
     """Real time: the cut lands while the SDK reads a stalled stream from a real socket."""
-    server.responder = lambda body: Stall(30, mid_stream=True)
+    server.responder = lambda body: Stall(STALL, mid_stream=True)
     model = AnthropicModel(
         "claude-haiku-5-5", api_key=CANARY, base_url=server.url, max_retries=0, timeout=None
     )
     faulty = Agent(
         FAULTY, "The agent under test.", description="the faulty agent", model=model, tools=[search]
     )
-    out = await obs.run(chain(faulty, depth), limits=LIMITS, cancel_after=0.5)
+
+    async def stalling() -> None:  # the stream has begun and the server stalls it
+        with trio.fail_after(STALL):
+            while not server.stalled.is_set():
+                await trio.sleep(0.01)
+
+    out = await obs.run(chain(faulty, depth), limits=LIMITS, cancel_when=stalling)
+    # "at once": well before the stall would have ended, whatever the machine's load
     obs.verify(
         CANCEL_STREAM,
         depth,
         out,
         expect("cancelled", "cancelled", parent_error=True)(depth),
         limits=LIMITS,
-        max_elapsed=2.0,
-        promptly=0.5,
+        max_elapsed=STALL,
+        promptly=STALL / 3,
     )
     node = find_faulty(out.result, depth)
     assert node is not None and [m.role for m in node.messages] == ["user"]

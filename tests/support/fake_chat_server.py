@@ -294,6 +294,9 @@ class FakeChatServer:
         self._queue: deque[Reply] = deque()
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self.stalled = threading.Event()
+        """Set when a :class:`Stall` begins (after its first event, mid-stream): a test waits
+        for it to act while the server stalls, whatever the machine's load."""
         self._ids = itertools.count(1)
         self._prefixes: set[str] = set()
         self._httpd: _HTTPServer | None = None
@@ -419,6 +422,7 @@ class FakeChatServer:
         elif isinstance(reply, Malformed):
             self._send_bytes(h, 200, reply.body, reply.content_type)
         elif isinstance(reply, Stall) and not reply.mid_stream:
+            self.stalled.set()
             self._stop.wait(reply.seconds)
             self._send_completion(h, parsed, reply.then or text("late"), stream, record)
         else:
@@ -623,6 +627,7 @@ class FakeChatServer:
             return
         elif isinstance(reply, Stall):  # mid-stream stall
             send(chunks[0])
+            self.stalled.set()
             if self._stop.wait(reply.seconds):
                 self._drop(h)
                 return

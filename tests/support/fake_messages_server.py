@@ -414,6 +414,9 @@ class FakeMessagesServer:
         self._queue: deque[Reply] = deque()
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self.stalled = threading.Event()
+        """Set when a :class:`Stall` begins (after its first event, mid-stream): a test waits
+        for it to act while the server stalls, whatever the machine's load."""
         self._ids = itertools.count(1)
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -538,6 +541,7 @@ class FakeMessagesServer:
         elif isinstance(reply, Malformed):
             self._send_malformed(h, reply, stream)
         elif isinstance(reply, Stall) and not reply.mid_stream:
+            self.stalled.set()
             self._stop.wait(reply.seconds)
             self._send_message(h, parsed, reply.then or text("late"), stream, record)
         else:
@@ -694,6 +698,7 @@ class FakeMessagesServer:
             return
         elif isinstance(reply, Stall):  # mid-stream stall
             chunk(events[0])
+            self.stalled.set()
             if self._stop.wait(reply.seconds):
                 self._drop(h)
                 return
