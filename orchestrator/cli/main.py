@@ -152,6 +152,26 @@ class _TerminalLogHandler(logging.Handler):
             self.handleError(record)
 
 
+_TREE_MODULES = "_orchestrator_user_"  # the names load_tree_file gives the files it loads
+
+
+@contextlib.contextmanager
+def _tree_modules_unloaded() -> Iterator[None]:
+    """The tree files a command loads are modules of their own in ``sys.modules`` (so string
+    annotations resolve while they run): gone again when it returns, and one the program had
+    loaded before is back as it was, so a program calling :func:`main` again and again does not
+    keep every tree it ran (and all they hold) alive."""
+    before = {n: m for n, m in list(sys.modules.items()) if n.startswith(_TREE_MODULES)}
+    try:
+        yield
+    finally:
+        for name in [n for n in list(sys.modules) if n.startswith(_TREE_MODULES)]:
+            if name in before:
+                sys.modules[name] = before[name]
+            else:
+                del sys.modules[name]
+
+
 @contextlib.contextmanager
 def _safe_last_resort() -> Iterator[None]:
     saved = logging.lastResort
@@ -324,9 +344,10 @@ def main(argv: list[str] | None = None) -> int:
     returns argparse's exit code (``--help``, ``--version``, bad usage) instead of raising
     SystemExit, and leaves the process as it found it: ``sys.stderr``, ``logging.lastResort``,
     signal handlers and the interval timer (:class:`~.run._SignalGuard`), the environment
-    (``--corpus``), and the global tracer provider (a run's spans go through a provider of its
-    own). Not restored: a stdout or stderr whose reader went away, whose file descriptor points
-    at the null device from then on (see :func:`_to_devnull`).
+    (``--corpus``), the global tracer provider (a run's spans go through a provider of its
+    own), and ``sys.modules`` as to the tree files it loaded (:func:`_tree_modules_unloaded`).
+    Not restored: a stdout or stderr whose reader went away, whose file descriptor points at
+    the null device from then on (see :func:`_to_devnull`).
     """
     try:
         args = build_parser().parse_args(argv)
@@ -336,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     diagnostics = _Diagnostics(stderr)
     sys.stderr = cast(TextIO, diagnostics)
     try:
-        with _safe_last_resort():
+        with _safe_last_resort(), _tree_modules_unloaded():
             code = _command(args.command)(args)
     except UsageError as exc:
         sys.stderr.write(terminal_safe(f"orchestrator: {exc}") + "\n")

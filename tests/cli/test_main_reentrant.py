@@ -20,6 +20,7 @@ from opentelemetry.util._once import Once
 from support.cli import Cli, cli_env, standard_streams
 
 from orchestrator.cli.main import main
+from orchestrator.core.resume import load_tree_file
 from orchestrator.testing import SpanRecorder
 from orchestrator.tracing.tracefiles import load_trace
 
@@ -263,3 +264,36 @@ def test_a_warning_the_tree_logs_reaches_the_commands_stderr_as_in_a_process_of_
     assert json.loads(proc.stdout)["output"] == "done"
     assert logging.getLogger().handlers == handlers  # pytest's again
     assert caplog.records == []  # what the command logged went where a process's goes
+
+
+def test_the_tree_files_a_command_loaded_are_unloaded_when_it_returns(cli: Cli, work: Path) -> None:
+    # a program calling main() again and again must not keep every tree it ran alive (nor
+    # what a tree holds: here a list that would outlive the run)
+    (work / "heavy.py").write_text(
+        "from orchestrator import Agent\n"
+        "from orchestrator.models import ScriptedModel, text\n"
+        "BALLAST = [bytes(1000) for _ in range(1000)]\n"
+        "agent = Agent('solo', 'Answer.', model=ScriptedModel([text('done')]))\n"
+    )
+
+    def trees() -> dict[str, object]:
+        return {n: m for n, m in sys.modules.items() if n.startswith("_orchestrator_user_")}
+
+    before = trees()
+    for args in (
+        ["run", "heavy.py", "go", "--quiet"],
+        ["run", "trees.py:team", "Rest", "--quiet"],
+        ["run", "trees.py:broken", "go"],  # loaded, then refused
+        ["run", "heavy.py", "go", "--dry-run"],
+    ):
+        proc = cli(*args)
+        assert proc.returncode in (0, 2), proc.stderr
+        assert trees() == before, args
+    # a tree file the program loaded itself is left as it was, even when main() loads it again
+    load_tree_file(str(work / "heavy.py"))
+    ((name, module),) = [(n, m) for n, m in trees().items() if n not in before]
+    try:
+        assert cli("run", "heavy.py", "go", "--quiet").stdout == "done\n"
+        assert sys.modules[name] is module
+    finally:
+        sys.modules.pop(name, None)
