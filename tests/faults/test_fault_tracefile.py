@@ -5,7 +5,8 @@ Every fault here is real: the file-size limit is a real ``RLIMIT_FSIZE`` in a ch
 (SIGXFSZ ignored, so a write past it fails with ``EFBIG`` after writing what fit), the kill a
 real ``SIGKILL`` of ``orchestrator run``, the crash a real ``os._exit`` from a tool. The trace
 is then read back the three ways a user reads one: ``trace show``, ``trace list`` and
-``trace export`` (to a real local OTLP receiver), each in a subprocess.
+``trace export`` (to a real local OTLP receiver), the command in this process
+(:mod:`support.cli`: reading a file back needs no process of its own).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.cli import Cli
 from support.otlp_receiver import OtlpReceiver
 
 from orchestrator.tracing import configure_tracing
@@ -193,16 +195,10 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def cli(cwd: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", *args],
-        cwd=cwd,
-        env=clean_env(),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+@pytest.fixture
+def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Cli:
+    """The command in this process, in ``tmp_path``, in the environment of :func:`clean_env`."""
+    return Cli(monkeypatch, tmp_path, clean_env)
 
 
 def size_limited_run(tmp_path: Path, mode: str) -> tuple[Path, dict[str, Any]]:
@@ -228,8 +224,8 @@ def size_limited_run(tmp_path: Path, mode: str) -> tuple[Path, dict[str, Any]]:
     return trace_file, figures
 
 
-def sent_to(receiver: OtlpReceiver, cwd: Path, run: str, expected: int) -> str:
-    proc = cli(cwd, "trace", "export", run, "--endpoint", receiver.http_endpoint)
+def sent_to(cli: Cli, receiver: OtlpReceiver, run: str, expected: int) -> str:
+    proc = cli("trace", "export", run, "--endpoint", receiver.http_endpoint)
     assert proc.returncode == 0, proc.stderr
     assert f"sent {expected} spans" in proc.stdout, proc.stdout
     assert len(receiver.wait_for_spans(expected)) == expected
@@ -247,7 +243,7 @@ def receiver() -> Iterator[OtlpReceiver]:
 
 
 def test_a_batch_cut_off_by_the_file_size_limit_costs_only_that_batch(
-    tmp_path: Path, receiver: OtlpReceiver
+    cli: Cli, tmp_path: Path, receiver: OtlpReceiver
 ) -> None:
     trace_file, figures = size_limited_run(tmp_path, "transient")
     # the cut batch was taken back: every line of the file is whole, none is damaged
@@ -264,17 +260,17 @@ def test_a_batch_cut_off_by_the_file_size_limit_costs_only_that_batch(
     assert (run.run_id, run.status, run.outcome) == (figures["run_id"], "OK", "completed")
     assert not run.interrupted and run.span_count == len(spans)
 
-    shown = cli(tmp_path, "trace", "show", str(trace_file))
+    shown = cli("trace", "show", str(trace_file))
     assert shown.returncode == 0, shown.stderr
     assert "invoke_agent solo" in shown.stdout and "damaged" not in shown.stdout
-    listed = cli(tmp_path, "trace", "list")
+    listed = cli("trace", "list")
     assert listed.returncode == 0, listed.stderr
     assert re.search(rf"{figures['run_id']}\s+solo\s.*\s{len(spans)}\s+completed", listed.stdout)
-    sent_to(receiver, tmp_path, figures["run_id"], len(spans))
+    sent_to(cli, receiver, figures["run_id"], len(spans))
 
 
 def test_a_run_whose_root_batch_could_not_be_written_is_listed_as_interrupted(
-    tmp_path: Path, receiver: OtlpReceiver
+    cli: Cli, tmp_path: Path, receiver: OtlpReceiver
 ) -> None:
     trace_file, figures = size_limited_run(tmp_path, "root-lost")
     spans = load_trace(trace_file)
@@ -284,13 +280,13 @@ def test_a_run_whose_root_batch_could_not_be_written_is_listed_as_interrupted(
     (run,) = list_runs(trace_file.parent)
     assert run.interrupted and (run.status, run.outcome) == ("ERROR", "interrupted")
     assert (run.run_id, run.root_agent) == (figures["run_id"], "solo")
-    listed = cli(tmp_path, "trace", "list")
+    listed = cli("trace", "list")
     assert re.search(rf"{figures['run_id']}\s+solo\s.*\sinterrupted", listed.stdout), listed
     assert "completed" not in listed.stdout and " ok" not in listed.stdout
-    shown = cli(tmp_path, "trace", "show")
+    shown = cli("trace", "show")
     assert shown.returncode == 0, shown.stderr
     assert INTERRUPTED_NOTE.split(";")[0] in " ".join(shown.stdout.split())
-    sent_to(receiver, tmp_path, figures["run_id"], len(spans))
+    sent_to(cli, receiver, figures["run_id"], len(spans))
 
 
 def test_a_writer_appending_to_a_file_a_killed_writer_left_mid_line_starts_a_new_line(
@@ -320,7 +316,7 @@ def test_a_writer_appending_to_a_file_a_killed_writer_left_mid_line_starts_a_new
 
 
 def test_damaged_lines_cost_only_themselves_in_show_list_and_export(
-    tmp_path: Path, receiver: OtlpReceiver
+    cli: Cli, tmp_path: Path, receiver: OtlpReceiver
 ) -> None:
     trace_file, figures = size_limited_run(tmp_path, "plain")
     run_id = figures["run_id"]
@@ -339,14 +335,14 @@ def test_damaged_lines_cost_only_themselves_in_show_list_and_export(
     assert [d.number for d in spans.damaged] == [1, len(lines) + 1, len(lines) + 2]
     note = "3 damaged lines skipped"
 
-    shown = cli(tmp_path, "trace", "show", run_id)
+    shown = cli("trace", "show", run_id)
     assert shown.returncode == 0, shown.stderr
     assert note in shown.stdout and "invoke_agent solo" in shown.stdout
     assert "interrupted" not in shown.stdout
-    listed = cli(tmp_path, "trace", "list")
+    listed = cli("trace", "list")
     assert re.search(rf"{run_id}\s+solo\s.*\s{len(intact)}\s+completed", listed.stdout), listed
     assert f"{run_id}: {note}" in listed.stdout
-    exported = sent_to(receiver, tmp_path, run_id, len(intact))
+    exported = sent_to(cli, receiver, run_id, len(intact))
     assert note in exported
     assert sorted(s.span_id for s in receiver.spans) == sorted(s.span_id for s in intact)
 
@@ -357,9 +353,10 @@ def test_damaged_lines_cost_only_themselves_in_show_list_and_export(
 
 @pytest.mark.parametrize("how", ["sigkill", "crash"])
 def test_a_killed_or_crashed_run_is_listed_and_shown_as_interrupted(
-    tmp_path: Path, receiver: OtlpReceiver, how: str
+    cli: Cli, tmp_path: Path, receiver: OtlpReceiver, how: str
 ) -> None:
     (tmp_path / "agents.py").write_text(SLOW_TREE)
+    # the run is a process of its own, to be killed or to crash; reading it back is not
     target = "agents.py:napper" if how == "sigkill" else "agents.py:crasher"
     proc = subprocess.Popen(
         [sys.executable, "-m", "orchestrator.cli", "run", target, "go"],
@@ -400,14 +397,14 @@ def test_a_killed_or_crashed_run_is_listed_and_shown_as_interrupted(
     (run,) = list_runs(tmp_path / "runs")
     assert run.interrupted and (run.status, run.outcome) == ("ERROR", "interrupted")
     assert (run.run_id, run.root_agent, run.span_count) == (run_id, "lead", len(spans))
-    listed = cli(tmp_path, "trace", "list")
+    listed = cli("trace", "list")
     assert listed.returncode == 0, listed.stderr
     assert re.search(rf"{run_id}\s+lead\s.*\s{len(spans)}\s+interrupted", listed.stdout), listed
     assert not re.search(r"\b(OK|ok|completed)\b", listed.stdout), listed.stdout
 
-    shown = cli(tmp_path, "trace", "show", run_id)
+    shown = cli("trace", "show", run_id)
     assert shown.returncode == 0, shown.stderr
     assert INTERRUPTED_NOTE.split(";")[0] in " ".join(shown.stdout.split())
     for name in ("invoke_agent worker", "execute_tool spawn_subagent", "turn lead"):
         assert name in shown.stdout  # the orphans are drawn, as roots of their own
-    sent_to(receiver, tmp_path, run_id, len(spans))
+    sent_to(cli, receiver, run_id, len(spans))
