@@ -65,6 +65,9 @@ def orchestrator(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Cli:
     return Cli(monkeypatch, tmp_path, inherited)
 
 
+# slow by hand: the cluster's worker processes start inside orchestrator.dask, through
+# multiprocessing, where tests/conftest.py neither reads nor hears them (no audit event)
+@pytest.mark.slow
 def test_a_tree_from_a_file_runs_its_children_on_a_local_cluster(orchestrator: Cli, tmp_path: Path):
     (tmp_path / "mytree.py").write_text(TREE)
     runs = tmp_path / "runs"
@@ -201,6 +204,7 @@ def test_a_remote_child_in_flight_at_a_crash_is_not_run_again_on_resume(
     assert mark.read_text() == "started\n"  # once: never again on a worker
 
 
+@pytest.mark.slow  # a local cluster, started inside orchestrator.dask (as above)
 def test_the_research_tree_runs_its_researchers_on_a_local_cluster(orchestrator: Cli):
     """The main job: its corpus tools pickle as where the corpus is, and each worker opens its
     own index; the answer is the one the in-process run gives."""
