@@ -3,7 +3,10 @@
 Every test goes through ``OpenAIModel.request`` (or a whole run) with a real ``ClientPool``
 inside an ``AsyncExitStack``, as a run does. Retry and backoff tests run on trio's virtual clock
 (``MockClock`` with an autojump threshold of 0.1 s) and with ``timeout=None``, so that the only
-deadlines are the retry sleeps. Cancellation tests use the real clock.
+deadlines are the retry sleeps (a jump while a request is in flight has nothing to reach). The
+gate test, whose ordering depends on the client having read a response, uses ``quiet_clock``
+and ``jump_when_idle``: time moves only while no request is in flight. Cancellation tests use
+the real clock.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import openai
 import pytest
 import trio
 import trio.testing
+from support.clocks import jump_when_idle
 from support.fake_chat_server import (
     Completion,
     Drop,
@@ -110,8 +114,10 @@ def virtual_clock() -> trio.testing.MockClock:
 
 
 @pytest.fixture
-def patient_clock() -> trio.testing.MockClock:
-    return trio.testing.MockClock(autojump_threshold=0.3)
+def quiet_clock() -> trio.testing.MockClock:
+    """A virtual clock that never jumps by itself: a test starts ``jump_when_idle`` on it, and
+    time moves only while no request is in flight."""
+    return trio.testing.MockClock()
 
 
 @asynccontextmanager
@@ -648,8 +654,9 @@ async def test_a_stream_cut_in_the_middle_is_retried_then_ends_with_one_line(
 
 
 async def test_429_retry_after_gates_every_request_on_the_client(
-    server: FakeChatServer, patient_clock: trio.testing.MockClock
+    server: FakeChatServer, quiet_clock: trio.testing.MockClock, nursery: trio.Nursery
 ) -> None:
+    nursery.start_soon(jump_when_idle, quiet_clock)
     server.push(Error(429, "Rate limit reached", type="requests", headers={"retry-after": "30"}))
     server.responder = lambda body: text("ok")
     lead, worker = model_for(server, timeout=None), model_for(server, "gpt-4.1", timeout=None)
@@ -666,6 +673,7 @@ async def test_429_retry_after_gates_every_request_on_the_client(
             nursery.start_soon(call, "lead", lead)
             while not server.requests:
                 await trio.sleep(0.01)
+            # virtual time moves once the lead has read the 429 (no request in flight)
             await trio.sleep(1.0)
             nursery.start_soon(call, "worker", worker)
     assert [r.reply for r in server.requests] == ["Error 429", "Completion", "Completion"]
@@ -858,21 +866,37 @@ def test_separate_trio_runs_each_get_their_own_client(server: FakeChatServer) ->
 # Cancellation and concurrency (real clock)
 
 
+STALL = 30.0
+
+
 @pytest.mark.parametrize("mid_stream", [False, True], ids=["mid-request", "mid-stream"])
 async def test_cancellation_is_prompt_and_leaves_the_client_usable(
     server: FakeChatServer, mid_stream: bool
 ) -> None:
-    server.push(Stall(10, mid_stream=mid_stream), text("next call"))
+    # the cut lands once the server stalls; "prompt" is well before the 30 s stall would end,
+    # whatever the machine's load (a cut that waited for the server would take all of it)
+    server.push(Stall(STALL, mid_stream=mid_stream), text("next call"))
     model = model_for(server)
     async with open_ctx() as ctx:
-        start = time.perf_counter()
-        with trio.move_on_after(0.3) as scope:
-            await model.request(make_request(), ctx)
-        cancelled_after = time.perf_counter() - start
-        assert scope.cancelled_caught and cancelled_after < 1.0
+        scope = trio.CancelScope()
+        cut_at: list[float] = []
+
+        async def cut_once_stalled() -> None:
+            with trio.fail_after(STALL):
+                while not server.stalled.is_set():
+                    await trio.sleep(0.01)
+            cut_at.append(time.perf_counter())
+            scope.cancel()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(cut_once_stalled)
+            with scope:
+                await model.request(make_request(), ctx)
+        cancelled_after = time.perf_counter() - cut_at[0]
+        assert scope.cancelled_caught and cancelled_after < STALL / 3
         start = time.perf_counter()
         result = await model.request(make_request(), ctx)
-        assert time.perf_counter() - start < 1.0
+        assert time.perf_counter() - start < STALL / 3  # the stalled connection not waited for
     assert result.content == (TextBlock("next call"),)
 
 
