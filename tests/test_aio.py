@@ -69,18 +69,39 @@ def test_a_tree_is_awaited_from_asyncio_and_its_asyncio_tool_runs_on_the_loop() 
 
 
 def test_fifty_concurrent_runs_share_one_loop_and_overlap() -> None:
-    async def main() -> tuple[list[Any], float]:
-        started = time.perf_counter()
-        results = await asyncio.gather(*(aio.run(napper(200), "nap") for _ in range(50)))
-        return results, time.perf_counter() - started
+    # every run's tool waits until all fifty are in their tool at once: runs that did not
+    # overlap would never get there (each gives up after 30 s, and the test fails)
+    async def main() -> list[Any]:
+        arrived = 0
+        everyone = asyncio.Event()
+        give_up_at = asyncio.get_running_loop().time() + 30
 
-    results, elapsed = asyncio.run(main())
+        @tool
+        async def meet() -> str:
+            """Wait for the other runs' tools."""
+            nonlocal arrived
+            arrived += 1
+            if arrived == 50:
+                everyone.set()
+            async with asyncio.timeout_at(give_up_at):
+                await everyone.wait()
+            return "met"
+
+        def meeter() -> Agent:
+            model = ScriptedModel([tool_call("meet", {}), text("met")])
+            return Agent("meeter", "Meet, then answer.", tools=[meet], model=model)
+
+        return await asyncio.gather(*(aio.run(meeter(), "meet") for _ in range(50)))
+
+    results = asyncio.run(main())
     assert {r.status for r in results} == {RunStatus.COMPLETED}
-    assert elapsed < 2.0  # fifty 0.2 s naps one after another would take 10 s
+    assert {r.messages[2].content[0].content for r in results} == {"met"}
 
 
 def test_the_loop_keeps_ticking_while_a_tree_runs() -> None:
-    async def main() -> int:
+    # the tree's tool waits for three beats of a heartbeat on the same loop: run_sync would
+    # hold the loop, no beat would come, and the tool would give up after 30 s
+    async def main() -> Any:
         ticks = 0
 
         async def heartbeat() -> None:
@@ -89,12 +110,25 @@ def test_the_loop_keeps_ticking_while_a_tree_runs() -> None:
                 await asyncio.sleep(0.05)
                 ticks += 1
 
-        beat = asyncio.create_task(heartbeat())
-        await aio.run(napper(500), "nap")
-        beat.cancel()
-        return ticks
+        @tool
+        async def listen() -> str:
+            """Wait for three heartbeats."""
+            until = ticks + 3
+            async with asyncio.timeout(30):
+                while ticks < until:
+                    await asyncio.sleep(0.01)
+            return "heard three beats"
 
-    assert asyncio.run(main()) >= 7  # about ten 50 ms beats in 0.5 s: run_sync would give 0
+        beat = asyncio.create_task(heartbeat())
+        model = ScriptedModel([tool_call("listen", {}), text("done")])
+        result = await aio.run(Agent("listener", "Listen.", tools=[listen], model=model), "go")
+        beat.cancel()
+        return result
+
+    result = asyncio.run(main())
+    assert result.status is RunStatus.COMPLETED, result.error
+    [block] = result.messages[2].content
+    assert block.content == "heard three beats" and not block.is_error
 
 
 def test_cancelling_the_awaiting_task_cancels_the_run_and_ends_its_spans() -> None:
@@ -102,25 +136,57 @@ def test_cancelling_the_awaiting_task_cancels_the_run_and_ends_its_spans() -> No
     seen: list[Any] = []
 
     async def main() -> None:
-        async with aio.open_run(napper(10_000), "nap", tracer_provider=tp) as handle:
+        started: list[asyncio.Event] = []  # one per run: its tool is napping
+
+        @tool
+        async def nap(ms: int) -> str:
+            """Sleep on asyncio, saying so first.
+
+            Args:
+                ms: How long, in milliseconds.
+            """
+            started[-1].set()
+            await asyncio.sleep(ms / 1000)
+            return f"slept {ms}"
+
+        def long_napper() -> Agent:  # a fresh run's agent, and its "started" event
+            started.append(asyncio.Event())
+            model = ScriptedModel([tool_call("nap", {"ms": 60_000}), text("napped")])
+            return Agent("napper", "Nap, then answer.", tools=[nap], model=model)
+
+        async def napping() -> None:  # each cut lands while its run's tool naps
+            async with asyncio.timeout(30):
+                await started[-1].wait()
+
+        async with aio.open_run(long_napper(), "nap", tracer_provider=tp) as handle:
             seen.append(handle)
-            await asyncio.sleep(0.2)
+            await napping()
             handle.cancel()
             seen.append(await handle.result())
 
-        task = asyncio.create_task(aio.run(napper(10_000), "nap", tracer_provider=tp))
-        await asyncio.sleep(0.2)
+        task = asyncio.create_task(aio.run(long_napper(), "nap", tracer_provider=tp))
+        await napping()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
 
+        expiry: asyncio.Task[None] | None = None
+        third = long_napper()
         with pytest.raises(TimeoutError):  # asyncio.timeout cancels the task that awaits
-            async with asyncio.timeout(0.2):
-                await aio.run(napper(10_000), "nap", tracer_provider=tp)
+            async with asyncio.timeout(None) as deadline:
+
+                async def expire_once_napping() -> None:
+                    await napping()
+                    deadline.reschedule(asyncio.get_running_loop().time())
+
+                expiry = asyncio.create_task(expire_once_napping())
+                await aio.run(third, "nap", tracer_provider=tp)
+        assert expiry is not None
+        await expiry
 
     started = time.perf_counter()
     asyncio.run(main())
-    assert time.perf_counter() - started < 5  # nobody waited out a 10 s nap
+    assert time.perf_counter() - started < 30  # nobody waited out a 60 s nap
     result = seen[1]
     assert result.status is RunStatus.CANCELLED
     [block] = result.messages[-1].content

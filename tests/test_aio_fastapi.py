@@ -43,7 +43,7 @@ def served() -> Iterator[tuple[ModuleType, int]]:
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while not server.started:
         assert time.monotonic() < deadline, "uvicorn did not start"
         time.sleep(0.02)
@@ -53,8 +53,10 @@ def served() -> Iterator[tuple[ModuleType, int]]:
     assert not thread.is_alive()
 
 
-def ask(port: int, question: str = "How many apples?") -> tuple[int, dict[str, Any]]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+def ask(
+    port: int, question: str = "How many apples?", *, timeout: float = 30
+) -> tuple[int, dict[str, Any]]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
         body = json.dumps({"question": question})
         conn.request("POST", "/ask", body, {"content-type": "application/json"})
@@ -74,31 +76,53 @@ def test_a_request_awaits_a_tree_whose_asyncio_tool_runs_on_uvicorns_loop(
 
 
 def test_concurrent_requests_run_their_trees_concurrently(served: tuple[ModuleType, int]) -> None:
+    # every tree's tool call waits on uvicorn's loop until all twenty are in theirs at once:
+    # trees run one after another would never get there (each gives up after 30 s)
     example, port = served
-    example.inventory.delay = 0.5
+    count = example.Inventory.count
+    in_tool = met = 0
+    everyone: Any = None  # an asyncio.Event of uvicorn's loop, made there
+    give_up_at = 0.0
+
+    async def meeting(self: Any, item: str) -> int:
+        import asyncio
+
+        nonlocal in_tool, met, everyone, give_up_at
+        if everyone is None:
+            everyone = asyncio.Event()
+            give_up_at = asyncio.get_running_loop().time() + 30
+        in_tool += 1
+        if in_tool == 20:
+            everyone.set()
+        async with asyncio.timeout_at(give_up_at):
+            await everyone.wait()
+        met += 1
+        return await count(self, item)
+
+    example.Inventory.count = meeting
     try:
-        started = time.perf_counter()
         with concurrent.futures.ThreadPoolExecutor(20) as pool:
-            replies = list(pool.map(lambda _: ask(port), range(20)))
-        elapsed = time.perf_counter() - started
+            replies = list(pool.map(lambda _: ask(port, timeout=60), range(20)))
     finally:
-        example.inventory.delay = 0.05
+        example.Inventory.count = count
     assert all(
         r == (200, {"status": "completed", "answer": "We have 12 apples.", "error": None})
         for r in replies
     )
-    assert elapsed < 4.0  # twenty 0.5 s tool calls one after another would take 10 s
+    assert met == 20  # all twenty trees were in their tool call at once
 
 
 def test_a_client_that_hangs_up_cancels_its_run(served: tuple[ModuleType, int]) -> None:
     example, port = served
     example.inventory.delay = 30.0
     cancelled: list[str] = []
+    entered: list[str] = []
     count = example.Inventory.count
 
     async def watched(self: Any, item: str) -> int:
         import asyncio
 
+        entered.append(item)
         try:
             return await count(self, item)
         except asyncio.CancelledError:
@@ -114,8 +138,11 @@ def test_a_client_that_hangs_up_cancels_its_run(served: tuple[ModuleType, int]) 
                 + f"content-length: {len(body)}\r\n\r\n".encode()
                 + body
             )
-            time.sleep(0.5)  # the tree is in its tool call now
-        deadline = time.monotonic() + 5
+            deadline = time.monotonic() + 30
+            while not entered:  # the tree is in its tool call (a 30 s count) now
+                assert time.monotonic() < deadline, "the tree never called its tool"
+                time.sleep(0.02)
+        deadline = time.monotonic() + 30
         while not cancelled:
             assert time.monotonic() < deadline, "the run was not cancelled"
             time.sleep(0.02)
