@@ -82,7 +82,10 @@ def build(variant: str, markers: Path) -> Any:
 
     @server.tool()
     async def sleep(seconds: float, marker: str = "") -> str:
-        """Sleep, leaving a marker file if the call is cancelled."""
+        """Sleep, leaving a marker file if the call is cancelled (and ``{marker}.started``
+        when it starts)."""
+        if marker:
+            (markers / f"{marker}.started").write_text("started")
         try:
             await anyio.sleep(seconds)
         except anyio.get_cancelled_exc_class():
