@@ -34,6 +34,7 @@ import hashlib
 import itertools
 import json
 import math
+import platform
 import socket
 import threading
 from collections import deque
@@ -41,6 +42,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeAlias
+
+# The openai SDK's first request in a process names the platform in its headers, and
+# platform.platform() runs `uname -p` (once per process, then cached): asked here, when the
+# tests that drive the SDK are collected, no test starts that process (tests/conftest.py fails
+# a test that is not slow and starts one).
+platform.platform()
 
 __all__ = [
     "Completion",
