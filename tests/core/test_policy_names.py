@@ -10,13 +10,12 @@ policy any tool of the tree; ``spawn_subagent`` is a tool of every agent with su
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
+from support.cli import Cli
 
 from orchestrator import Agent, ConfigurationError, Policy, RunStatus, run, tool
 from orchestrator.models import FunctionModel, ScriptedModel, text, tool_call
@@ -193,7 +192,9 @@ def test_a_policy_keyed_by_a_tool_object_instead_of_its_name_is_refused() -> Non
         Policy({3: "deny"})  # type: ignore[dict-item]
 
 
-def test_the_command_line_refuses_a_rule_naming_no_tool_with_one_line(tmp_path: Path) -> None:
+def test_the_command_line_refuses_a_rule_naming_no_tool_with_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "agents.py").write_text(
         "from orchestrator import Agent, Policy, tool\n"
         "from orchestrator.models import ScriptedModel, text\n"
@@ -204,15 +205,12 @@ def test_the_command_line_refuses_a_rule_naming_no_tool_with_one_line(tmp_path: 
         "agent = Agent('root', 'Tidy.', tools=[delete_all], model=ScriptedModel([text('ok')]),\n"
         "              policy=Policy({'delete-all': 'deny'}))\n"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "ANTHROPIC_"))}
-    proc = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "run", "agents.py", "Go."],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+
+    def environ() -> dict[str, str]:
+        return {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "ANTHROPIC_"))}
+
+    # the command in this process (support.cli): its exit code and its streams are the point
+    proc = Cli(monkeypatch, tmp_path, environ)("run", "agents.py", "Go.")
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     assert "did you mean 'delete_all'?" in proc.stderr and proc.stdout == ""
