@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from support.cli import Cli
 from support.otlp_receiver import OtlpReceiver
 
 from orchestrator import Agent, run, tool
@@ -118,7 +117,9 @@ async def test_every_span_has_a_kind_a_backend_can_show(monkeypatch: pytest.Monk
         assert "gen_ai.operation.name" in s.attributes or "openinference.span.kind" in s.attributes
 
 
-def test_the_cli_keeps_the_trace_file_when_it_exports_over_otlp(tmp_path: Path) -> None:
+def test_the_cli_keeps_the_trace_file_when_it_exports_over_otlp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "tree.py").write_text(
         "from orchestrator import Agent\n"
         "from orchestrator.models import ScriptedModel, text\n"
@@ -127,14 +128,8 @@ def test_the_cli_keeps_the_trace_file_when_it_exports_over_otlp(tmp_path: Path) 
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     with OtlpReceiver() as receiver:
         env["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver.http_endpoint
-        proc = subprocess.run(
-            [sys.executable, "-m", "orchestrator.cli", "run", "tree.py", "hi", "--json"],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        # the command in this process (support.cli), with a tracer provider of its own
+        proc = Cli(monkeypatch, tmp_path, lambda: env)("run", "tree.py", "hi", "--json")
         assert proc.returncode == 0, proc.stderr
         received = receiver.wait_for_spans(3)
     doc = json.loads(proc.stdout)

@@ -1,4 +1,5 @@
-"""``orchestrator trace show`` answering "what happened?", through the real command.
+"""``orchestrator trace show`` answering "what happened?", through the real command (in this
+process, :mod:`support.cli`).
 
 The research tree on the offline model, and a small tree whose tool is retried and whose
 child's model fails: agent paths (``researcher#2``), tasks (when content was captured), error
@@ -10,11 +11,10 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.cli import Cli, CliRun
 
 AGENTS = Path(__file__).parents[2] / "agents" / "research.py"
 CAPTURE = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
@@ -54,23 +54,25 @@ agent = Agent("lead", "Lead.", subagents=[worker], model=FunctionModel(decide))
 '''
 
 
+def command(cwd: Path, *args: str, capture: bool = False, columns: int | None = None) -> CliRun:
+    """The command in this process (:mod:`support.cli`), in ``cwd``: the module's fixtures run
+    it too, so it patches the environment with a monkeypatch of its own."""
+
+    def environ() -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+        env.pop("ANTHROPIC_API_KEY", None)
+        env["PYTHONIOENCODING"] = "utf-8"
+        if capture:
+            env[CAPTURE] = "true"
+        if columns is not None:
+            env["COLUMNS"] = str(columns)
+        return env
+
+    return Cli(pytest.MonkeyPatch(), cwd, environ)(*args)
+
+
 def cli(cwd: Path, *args: str, capture: bool = False, columns: int | None = None) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    env.pop("ANTHROPIC_API_KEY", None)
-    env["PYTHONIOENCODING"] = "utf-8"
-    if capture:
-        env[CAPTURE] = "true"
-    if columns is not None:
-        env["COLUMNS"] = str(columns)
-    proc = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", *args],
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = command(cwd, *args, capture=capture, columns=columns)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -126,13 +128,7 @@ def test_span_shows_one_span_with_its_attributes_and_captured_messages(research:
 
 
 def test_an_unknown_span_is_an_error(research: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "trace", "show", "--span", "lead/nobody#9"],
-        cwd=research,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = command(research, "trace", "show", "--span", "lead/nobody#9")
     assert proc.returncode == 1
     assert "--span lead/nobody#9 matches no span" in proc.stderr
 
