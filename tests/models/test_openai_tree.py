@@ -1,8 +1,8 @@
 """Over real HTTP: the real openai SDK against the local fake Chat Completions server, whole trees.
 
-The tree example gives the same output as with its ScriptedModel; the CLI runs the research
-tree with ``--override-model openai:...`` against the server, and falls back to the offline
-model per provider.
+The tree example gives the same output as with its ScriptedModel; the CLI (in this process,
+:mod:`support.cli`) runs the research tree with ``--override-model openai:...`` against the
+server, and falls back to the offline model per provider.
 """
 
 from __future__ import annotations
@@ -10,14 +10,13 @@ from __future__ import annotations
 import json
 import os
 import runpy
-import subprocess
-import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.cli import Cli, CliRun
 from support.fake_chat_server import Completion, FakeChatServer, Reply
 from support.fake_chat_server import text as reply_text
 from support.fake_chat_server import tool_calls as reply_calls
@@ -116,18 +115,15 @@ def cli_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def orchestrator(
-    cwd: Path, *args: str, env: dict[str, str], timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", *args],
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+@pytest.fixture
+def orchestrator(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., CliRun]:
+    """``orchestrator(*args, env=...)``: the command in this process (:mod:`support.cli`), in
+    ``tmp_path``, with exactly the environment ``env``."""
+
+    def command(*args: str, env: Mapping[str, str]) -> CliRun:
+        return Cli(monkeypatch, tmp_path, lambda: env)(*args)
+
+    return command
 
 
 def walk(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -156,11 +152,10 @@ def research_responder(body: dict[str, Any]) -> Reply:
 
 
 def test_the_research_tree_runs_on_an_openai_compatible_server_from_the_cli(
-    tmp_path: Path,
+    tmp_path: Path, orchestrator: Callable[..., CliRun]
 ) -> None:
     with FakeChatServer(responder=research_responder) as server:
         proc = orchestrator(
-            tmp_path,
             "run",
             str(ROOT / "agents" / "research.py"),
             "How does a for statement work?",
@@ -217,10 +212,14 @@ OPENAI_TREE = textwrap.dedent(
     ids=["neither", "anthropic-key-only"],
 )
 def test_the_offline_fallback_is_per_provider_and_said_once(
-    tmp_path: Path, env: dict[str, str], said: str, offline: bool
+    tmp_path: Path,
+    orchestrator: Callable[..., CliRun],
+    env: dict[str, str],
+    said: str,
+    offline: bool,
 ) -> None:
     (tmp_path / "tree.py").write_text(OPENAI_TREE)
-    proc = orchestrator(tmp_path, "run", "tree.py", "hello", "--dry-run", env=cli_env(**env))
+    proc = orchestrator("run", "tree.py", "hello", "--dry-run", env=cli_env(**env))
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("offline") == 1 and said in proc.stderr, proc.stderr
 
@@ -251,14 +250,15 @@ def test_offline_providers_keeps_models_that_can_reach_their_endpoint(
     assert default == "openai:gpt-4.1" and providers == ("anthropic",)
 
 
-def test_bad_cli_values_for_the_new_options_are_one_line_errors(tmp_path: Path) -> None:
+def test_bad_cli_values_for_the_new_options_are_one_line_errors(
+    tmp_path: Path, orchestrator: Callable[..., CliRun]
+) -> None:
     (tmp_path / "tree.py").write_text(OPENAI_TREE)
     for option, value in (("--max-output-tokens", "0"), ("--max-result-chars", "-3")):
-        proc = orchestrator(tmp_path, "run", "tree.py", "hi", option, value, env=cli_env())
+        proc = orchestrator("run", "tree.py", "hi", option, value, env=cli_env())
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     bad = orchestrator(
-        tmp_path,
         "run",
         "tree.py",
         "hi",
