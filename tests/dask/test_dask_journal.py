@@ -40,25 +40,25 @@ async def test_a_remote_child_cut_by_a_cancellation_is_replayed_as_cut_on_resume
     import trio
 
     from orchestrator import open_run
-    from orchestrator.core.events import AgentStarted
+    from orchestrator.core.events import ToolStarted
 
     journal = tmp_path / "run.db"
     model = trees.waiting(30)
     runner = DaskRunner(dask_client, by_value=["support.dask_trees"])
     async with open_run(trees.LEAD, "go", model=model, journal=journal, runner=runner) as h:
-        started = 0
-        async for event in h.events:
-            if isinstance(event, AgentStarted) and event.depth == 1:
-                started += 1
-                if started == 2:
-                    break
-        await trio.sleep(0.5)
+        waiting: set[str] = set()
+        with trio.fail_after(60):  # both children are in their 30 s wait on a worker
+            async for event in h.events:
+                if isinstance(event, ToolStarted) and event.tool == "wait":
+                    waiting.add(event.path)
+                    if len(waiting) == 2:
+                        break
         h.cancel()
         first = await h.result()
     assert [c.status for c in first.children] == [RunStatus.CANCELLED] * 2
     began = time.monotonic()
     again = await resume(journal, agent=trees.LEAD, model=model, runner=runner)
-    assert time.monotonic() - began < 10  # the 30 s waits did not run again
+    assert time.monotonic() - began < 20  # the 30 s waits did not run again
     assert again.status is RunStatus.COMPLETED
     assert [c.to_dict(messages=True) for c in again.children] == [
         c.to_dict(messages=True) for c in first.children

@@ -28,13 +28,16 @@ async def wait(seconds: float) -> str:
 
 
 @tool
-def die(log: str) -> str:
-    """Note the call in a file, then kill this process (a worker lost mid-child)."""
+def die(log: str, after: str) -> str:
+    """Note the call in a file, wait for the file ``after`` (the test writes it once the
+    siblings have finished), then kill this process (a worker lost mid-child)."""
     with Path(log).open("a") as f:
         f.write(f"{os.getpid()}\n")
     import time
 
-    time.sleep(2.0)  # siblings finish first
+    give_up_at = time.monotonic() + 60  # a bound: the test fails on its own if it never comes
+    while not Path(after).exists() and time.monotonic() < give_up_at:
+        time.sleep(0.02)
     os.kill(os.getpid(), signal.SIGKILL)
     return "unreachable"
 
