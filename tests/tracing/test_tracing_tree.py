@@ -877,6 +877,8 @@ async def _cancelled(sink: Sink, script: TreeScript) -> tuple[RunResult, str, st
 
 
 async def _timed_out(sink: Sink, script: TreeScript) -> tuple[RunResult, str, str]:
+    # on the virtual clock (the tree is trio code only; its spans leave through exporter
+    # threads): the deadline passes once the tree has stalled, however slow the machine
     with trio.fail_after(20):
         result, caller, trace_id = await run_tree(sink, script, limits=Limits(timeout=1.0))
     assert script.gate("writer_chat").is_set() and script.gate("slow_tool").is_set()
@@ -924,7 +926,7 @@ async def _ended_run(sink: Sink, ending: str) -> tuple[RunResult, Trace, str, st
 @pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("ending", list(ENDINGS))
 async def test_cut_runs_end_and_deliver_every_span(
-    ending: str, transport: str, sinks: Callable[[str], Sink]
+    ending: str, transport: str, sinks: Callable[[str], Sink], autojump_clock: Any
 ) -> None:
     sink = sinks(transport)
     result, trace, caller_span, trace_id, script = await _ended_run(sink, ending)
@@ -972,7 +974,7 @@ async def test_cut_runs_end_and_deliver_every_span(
 
 @pytest.mark.parametrize("ending", ["timeout", "fatal"])
 async def test_bug_failed_agent_spans_do_not_claim_cancellation(
-    ending: str, sinks: Callable[[str], Sink]
+    ending: str, sinks: Callable[[str], Sink], autojump_clock: Any
 ) -> None:
     """spans.py: cancellation is UNSET + ``orchestrator.cancelled=true`` + outcome cancelled;
     "every other outcome but success sets status ERROR and error.type". An agent that timed out
