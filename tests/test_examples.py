@@ -1,17 +1,25 @@
 """Every example in examples/ runs: as a script, and through the ``orchestrator run`` command.
 
-Each runs in a subprocess with the test's ``tmp_path`` as the working folder and no API key.
-The approval example reads its answer from stdin, so the tests feed it from a pipe.
+Each runs with the test's ``tmp_path`` as the working folder and no API key, in this process:
+a script as ``python NAME`` runs it (``runpy``, ``__name__ == "__main__"``, its own ``sys.argv``,
+standard streams of its own), the command as :mod:`support.cli` runs it. The examples hold no
+state beyond their own module (no signal handler, global tracer provider or event loop left
+behind), so nothing leaks into the next test; the one whose script starts processes of its own
+(``dask_fanout.py``: a LocalCluster) runs as a real script in a subprocess. The approval example
+reads its answer from stdin, so the tests feed it one that is not a terminal, as a pipe is not.
 """
 
 from __future__ import annotations
 
 import os
+import runpy
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support.cli import Cli, CliRun, standard_streams, unconfigured_logging
 
 EXAMPLES = Path(__file__).parents[1] / "examples"
 
@@ -68,8 +76,76 @@ def test_every_example_has_an_expected_output() -> None:
     )
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_the_example_runs_as_a_script(name: str, tmp_path: Path) -> None:
+# examples whose script starts processes of its own: run as real scripts, in a subprocess
+PROCESSES = {"dask_fanout.py": "its children run on a LocalCluster of two worker processes"}
+
+
+def is_local(module: object, *folders: Path) -> bool:
+    where = getattr(module, "__file__", None)
+    return bool(where) and any(Path(where).resolve().is_relative_to(f) for f in folders)
+
+
+@pytest.fixture
+def script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str, str], CliRun]:
+    """``script(name, stdin)``: ``python examples/NAME`` in this process, answered like
+    :func:`run`: in ``tmp_path``, with the environment :func:`env` builds and ``sys.argv`` of
+    the script, ``stdin`` as its standard input; the working folder, the environment,
+    ``sys.argv``, the standard streams and ``sys.modules`` are as they were afterwards."""
+
+    def run_script(name: str, stdin: str) -> CliRun:
+        path = str(EXAMPLES / name)
+        wanted = env()
+        modules = dict(sys.modules)
+        with monkeypatch.context() as patch:
+            patch.chdir(tmp_path)
+            for variable in [v for v in os.environ if v not in wanted]:
+                patch.delenv(variable)
+            for variable, value in wanted.items():
+                patch.setenv(variable, value)
+            patch.setattr(sys, "argv", [path])
+            try:
+                with standard_streams(stdin) as (out, err), unconfigured_logging():
+                    try:
+                        runpy.run_path(path, run_name="__main__")
+                        code = 0
+                    except SystemExit as exit:  # what the interpreter would exit with
+                        code = (
+                            0
+                            if exit.code is None
+                            else exit.code
+                            if isinstance(exit.code, int)
+                            else 1
+                        )
+            finally:
+                for module_name, module in modules.items():
+                    if sys.modules.get(module_name) is not module:
+                        sys.modules[module_name] = module
+                for module_name in sys.modules.keys() - modules.keys():
+                    if is_local(sys.modules[module_name], EXAMPLES, tmp_path):
+                        del sys.modules[module_name]
+        return CliRun([path], code, out.getvalue(), err.getvalue())
+
+    return run_script
+
+
+@pytest.fixture
+def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Cli:
+    """The ``orchestrator`` command in this process, in ``tmp_path``, in :func:`env`'s
+    environment."""
+    return Cli(monkeypatch, tmp_path, env)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED.keys() - PROCESSES.keys()))
+def test_the_example_runs_as_a_script(name: str, script: Callable[[str, str], CliRun]) -> None:
+    stdin, fragment, _ = EXPECTED[name]
+    proc = script(name, stdin)
+    assert proc.returncode == 0, proc.stderr
+    assert fragment in proc.stdout, proc.stdout
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("name", sorted(PROCESSES))
+def test_the_example_runs_as_a_real_script(name: str, tmp_path: Path) -> None:
     stdin, fragment, _ = EXPECTED[name]
     proc = run([str(EXAMPLES / name)], tmp_path, stdin)
     assert proc.returncode == 0, proc.stderr
@@ -78,17 +154,19 @@ def test_the_example_runs_as_a_script(name: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_the_example_runs_through_the_cli(name: str, tmp_path: Path) -> None:
+def test_the_example_runs_through_the_cli(name: str, cli: Cli, tmp_path: Path) -> None:
     stdin, fragment, prompt = EXPECTED[name]
-    proc = run(["-m", "orchestrator.cli", "run", str(EXAMPLES / name), prompt], tmp_path, stdin)
+    proc = cli("run", str(EXAMPLES / name), prompt, input=stdin)
     assert proc.returncode == 0, proc.stderr
     assert fragment in proc.stdout, proc.stdout
     assert "status=completed " in proc.stderr
     assert list((tmp_path / "runs").glob("*.jsonl"))
 
 
-def test_the_fanout_example_runs_its_twenty_workers_in_parallel(tmp_path: Path) -> None:
-    proc = run([str(EXAMPLES / "fanout.py")], tmp_path, "")
+def test_the_fanout_example_runs_its_twenty_workers_in_parallel(
+    script: Callable[[str, str], CliRun],
+) -> None:
+    proc = script("fanout.py", "")
     assert proc.returncode == 0, proc.stderr
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith("20 workers (completed) in ")
@@ -96,8 +174,10 @@ def test_the_fanout_example_runs_its_twenty_workers_in_parallel(tmp_path: Path) 
     assert float(last.rsplit(" ", 1)[-1].rstrip("s")) < 2.0
 
 
-def test_the_approval_example_runs_the_tool_when_the_user_answers_yes(tmp_path: Path) -> None:
-    proc = run([str(EXAMPLES / "approval.py")], tmp_path, "y\n")
+def test_the_approval_example_runs_the_tool_when_the_user_answers_yes(
+    script: Callable[[str, str], CliRun],
+) -> None:
+    proc = script("approval.py", "y\n")
     assert proc.returncode == 0, proc.stderr
     assert "wants to run delete_draft({'name': 'draft-1'}). Allow? [y/N]" in proc.stderr
     assert "[delete_draft] deleted draft-1" in proc.stderr  # the tool itself ran
@@ -106,9 +186,9 @@ def test_the_approval_example_runs_the_tool_when_the_user_answers_yes(tmp_path: 
 
 @pytest.mark.parametrize("answer", ["n\n", ""], ids=["no", "end-of-input"])
 def test_the_approval_example_declines_the_tool_unless_the_user_answers_yes(
-    tmp_path: Path, answer: str
+    script: Callable[[str, str], CliRun], answer: str
 ) -> None:
-    proc = run([str(EXAMPLES / "approval.py")], tmp_path, answer)
+    proc = script("approval.py", answer)
     assert proc.returncode == 0, proc.stderr
     assert "Allow? [y/N]" in proc.stderr
     assert "[delete_draft]" not in proc.stderr  # the tool never ran
@@ -116,8 +196,10 @@ def test_the_approval_example_declines_the_tool_unless_the_user_answers_yes(
     assert "declined by the approver" in proc.stdout
 
 
-def test_the_durable_example_resumes_without_doing_anything_twice(tmp_path: Path) -> None:
-    proc = run([str(EXAMPLES / "durable_run.py")], tmp_path, "")
+def test_the_durable_example_resumes_without_doing_anything_twice(
+    script: Callable[[str, str], CliRun],
+) -> None:
+    proc = script("durable_run.py", "")
     assert proc.returncode == 0, proc.stderr
     assert "stopped: cancelled after 2 sections" in proc.stdout
     # where exactly the cancellation lands is the scheduler's: section 2's call may be cut in
