@@ -147,7 +147,7 @@ SLOW_TREE = textwrap.dedent(
             code: The exit status.
         """
         (HERE / "napping").write_text("started")
-        for _ in range(200):
+        for _ in range(600):  # at most 30 s: a bound for a loaded machine, not a pause
             if any(p.stat().st_size for p in (HERE / "runs").glob("*.jsonl")):
                 break
             await trio.sleep(0.05)
