@@ -6,8 +6,10 @@ Over stdio by default, or streamable HTTP on 127.0.0.1:PORT (path ``/mcp``). Var
 what it offers or how it misbehaves: ``default``; ``collide`` (two tools whose exposed names
 are the same); ``long`` (a tool whose exposed name is past 64 characters); ``fail-start``
 (writes a reason to stderr and exits before speaking MCP); ``mute`` (reads stdin, never
-answers); ``slow-start`` (the default tools, after two seconds). ``--marker-dir`` is where tools leave files the tests read (a cancelled call's
-marker, the ``_meta`` a call carried).
+answers); ``slow-start`` (the default tools, once a second ``slow-start`` server is starting
+too: ``started-PID`` marks its start, ``ready-PID`` says ``together``, or ``alone`` when it gave
+up waiting after 20 s). ``--marker-dir`` is where tools leave files the tests read (a cancelled
+call's marker, the ``_meta`` a call carried).
 """
 
 import argparse
@@ -179,8 +181,13 @@ def main() -> None:
         print("error: cannot open the database at /nonexistent/db", file=sys.stderr, flush=True)
         sys.exit(3)
     if args.variant == "slow-start":  # then the default tools
-        (Path(args.marker_dir) / f"started-{os.getpid()}").write_text(str(time.time()))
-        time.sleep(2.0)
+        markers = Path(args.marker_dir)
+        (markers / f"started-{os.getpid()}").write_text(str(time.time()))
+        give_up_at = time.monotonic() + 20
+        while len(list(markers.glob("started-*"))) < 2 and time.monotonic() < give_up_at:
+            time.sleep(0.01)
+        together = len(list(markers.glob("started-*"))) >= 2
+        (markers / f"ready-{os.getpid()}").write_text("together" if together else "alone")
         args.variant = "default"
     if args.variant == "mute":
         while sys.stdin.readline():
