@@ -170,8 +170,9 @@ def test_the_fanout_example_runs_its_twenty_workers_in_parallel(
     assert proc.returncode == 0, proc.stderr
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith("20 workers (completed) in ")
-    # twenty 0.2 s tool calls one after another would take 4 s; in parallel, one wave
-    assert float(last.rsplit(" ", 1)[-1].rstrip("s")) < 2.0
+    # twenty 0.2 s tool calls one after another take 4 s at the least, on any machine; in
+    # parallel, one wave (the rest of the room is for a loaded machine)
+    assert float(last.rsplit(" ", 1)[-1].rstrip("s")) < 4.0
 
 
 def test_the_approval_example_runs_the_tool_when_the_user_answers_yes(
