@@ -506,10 +506,11 @@ async def test_a_sync_approver_left_asking_by_the_deadline_is_counted_as_an_aban
     None
 ):
     # like a timed-out sync tool's, its thread outlives the run: handle.abandoned_threads said 0
-    release = threading.Event()
+    asked, release = threading.Event(), threading.Event()
 
     def person(pending: PendingCall) -> bool:
-        release.wait(5)
+        asked.set()
+        release.wait(60)
         return True
 
     ran: list[str] = []
@@ -521,8 +522,9 @@ async def test_a_sync_approver_left_asking_by_the_deadline_is_counted_as_an_aban
         model=ScriptedModel([tool_call("delete", {"path": "p"}), text("done")]),
     )
     try:
-        async with open_run(agent, "go", limits=Limits(timeout=0.3)) as handle:
+        async with open_run(agent, "go", limits=Limits(timeout=1)) as handle:
             result = await handle.result()
+        assert asked.is_set()  # the deadline came while the person was asked, not before
         assert result.status is RunStatus.TIMEOUT and ran == []
         assert handle.abandoned_threads == 1
     finally:
