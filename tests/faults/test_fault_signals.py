@@ -123,6 +123,7 @@ LIBRARY = textwrap.dedent(
     """A program running a tree with open_run under trio.run: its report on stdout as JSON."""
 
     import json
+    import signal
     import sys
     import time
 
@@ -130,6 +131,10 @@ LIBRARY = textwrap.dedent(
 
     from agents import napper, spinner
     from orchestrator import open_run
+
+    # Python's own Ctrl-C handling, as at a terminal: a test runner started as a background
+    # job hands its children SIGINT ignored, and then neither Python nor trio would install it
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     agent = {"nap": napper, "spin": spinner}[sys.argv[1]]
     restrict = sys.argv[2] == "restrict"
