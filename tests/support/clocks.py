@@ -3,10 +3,12 @@
 trio's autojump (``MockClock(autojump_threshold=T)``) jumps to the next deadline once every task
 has been idle for T seconds of real time. A request still in flight to a server that a loaded
 machine answers late then sees virtual time leap under it (to a run's deadline, or past the
-moment a test waits for). :func:`jump_when_idle` jumps only while no task waits on a socket: a
-backoff or retry-after sleep is skipped at once, a request in flight never has time pass under
-it, however slow the machine. A worker thread is not a socket: code that waits on one (a sync
-tool, an import in a thread) must not run under this clock, as under trio's own autojump.
+moment a test waits for); so does work in a worker thread (the SDKs probe the platform in one
+before a client's first request). :func:`jump_when_idle` jumps only while no task waits on a
+socket or on a thread of trio's default limiter (the one ``trio.to_thread`` and anyio use
+unless told otherwise): a backoff or retry-after sleep is skipped at once, a request in flight
+never has time pass under it, however slow the machine. Threads started on a limiter of their
+own (a run's sync tools) are not seen: code that waits on them must not run under this clock.
 
 Use it with a ``MockClock()`` that does not autojump itself::
 
@@ -35,14 +37,15 @@ def _socket_waits() -> int:
 
 
 async def jump_when_idle(clock: trio.testing.MockClock, *, poll: float = 0.01) -> NoReturn:
-    """Jump ``clock`` to the next deadline whenever every task is blocked and none of them
-    waits on a socket beyond those waiting when this started (trio's own); look again every
-    ``poll`` seconds of real idleness."""
+    """Jump ``clock`` to the next deadline whenever every task is blocked, none of them waits on
+    a socket beyond those waiting when this started (trio's own) and no worker thread of the
+    default limiter is running; look again every ``poll`` seconds of real idleness."""
     baseline = _socket_waits()
+    threads = trio.to_thread.current_default_thread_limiter()
     while True:
         await trio.testing.wait_all_tasks_blocked(cushion=poll)
-        if _socket_waits() > baseline:
-            continue  # a request is in flight: its answer comes first
+        if _socket_waits() > baseline or threads.borrowed_tokens:
+            continue  # a request or a thread's work is in flight: its answer comes first
         ahead = trio.lowlevel.current_statistics().seconds_to_next_deadline
         if ahead < math.inf:
             clock.jump(max(0.0, ahead))
