@@ -597,7 +597,7 @@ def test_sigint_mid_run_cancels_the_tree_exits_130_and_leaves_a_complete_trace(
 ) -> None:
     # SIGTERM (timeout, docker stop, a CI cancel) is handled like Ctrl-C
     code, stderr, took = interrupt_mid_run(work, "agents.py:sleeper", signals=1, signum=signum)
-    assert took < 5  # the 60 s nap was cut, not waited for
+    assert took < 30  # the 60 s nap was cut, not waited for (a bound load cannot break)
     assert code == 130, stderr
     assert "Traceback" not in stderr
     assert "cancel" in stderr
@@ -614,8 +614,10 @@ def test_sigint_mid_run_cancels_the_tree_exits_130_and_leaves_a_complete_trace(
 def test_a_second_sigint_exits_at_once_even_when_the_tree_will_not_stop(work: Path) -> None:
     code, stderr, took = interrupt_mid_run(work, "agents.py:stubborn", signals=2)
     assert code == 130, stderr
-    assert took < 5  # the shielded 60 s nap was not waited for
+    assert took < 30  # the shielded 60 s nap was not waited for
     assert "Ctrl-C again" in stderr
+    # the second signal ended it, not the 5 s grace period the first one started
+    assert "did not stop within" not in stderr, stderr
     assert "Traceback" not in stderr
 
 

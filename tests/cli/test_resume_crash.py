@@ -145,7 +145,9 @@ def _module_env(monkeypatch, tmp_path):
 def test_killed_after_children_finished_resumes_without_running_them_again(tmp_path):
     def both_others_done(work: Path) -> None:  # wait (on the journal) for a and c to answer
         journal = next((work / "runs").glob("*.db"))
+        deadline = time.monotonic() + 60  # bounded: a run that never gets there fails here
         while not {"lead/worker#1 2", "lead/worker#3 2"} <= recorded_turns(journal):
+            assert time.monotonic() < deadline, "workers a and c never answered"
             time.sleep(0.01)
 
     outcome = crash_and_resume(tmp_path, "fetch:b", 3, settle=both_others_done)
