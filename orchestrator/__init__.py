@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from .core.messages import Usage as Usage
     from .core.policy import PendingCall as PendingCall
     from .core.policy import Policy as Policy
+    from .core.redact import redact as redact
     from .core.result import RunResult as RunResult
     from .core.result import RunStatus as RunStatus
     from .core.resume import resume as resume
@@ -50,6 +51,10 @@ if TYPE_CHECKING:
     from .core.tools import Tool as Tool
     from .core.tools import ToolContext as ToolContext
     from .core.tools import tool as tool
+    from .research.corpus import Corpus as Corpus
+    from .research.tools import corpus_tools as corpus_tools
+    from .toolsets.notes import NoteStore as NoteStore
+    from .toolsets.notes import notes_tools as notes_tools
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -61,11 +66,13 @@ __all__ = [
     "ConfigurationError",
     "ContextPolicy",
     "ContextWindowExceeded",
+    "Corpus",
     "InProcessRunner",
     "Journal",
     "Limits",
     "Message",
     "ModelError",
+    "NoteStore",
     "NullJournal",
     "OrchestratorError",
     "ParentSide",
@@ -84,7 +91,10 @@ __all__ = [
     "ToolUseBlock",
     "Usage",
     "__version__",
+    "corpus_tools",
+    "notes_tools",
     "open_run",
+    "redact",
     "resume",
     "resume_sync",
     "run",
@@ -133,6 +143,11 @@ _LAZY: dict[str, str] = {
     "Tool": "orchestrator.core.tools",
     "ToolContext": "orchestrator.core.tools",
     "tool": "orchestrator.core.tools",
+    "redact": "orchestrator.core.redact",
+    "Corpus": "orchestrator.research.corpus",
+    "corpus_tools": "orchestrator.research.tools",
+    "NoteStore": "orchestrator.toolsets.notes",
+    "notes_tools": "orchestrator.toolsets.notes",
 }
 
 

@@ -9,6 +9,7 @@ against what its room may use.
 from __future__ import annotations
 
 import ast
+import importlib
 import json
 import subprocess
 import sys
@@ -60,8 +61,10 @@ CORE_BOTTOM = frozenset(
     }
 )
 CORE_THIRD_PARTY = frozenset({"trio", "pydantic", "pydantic_core", "opentelemetry"})
-# Old import paths kept as thin re-exports; they import from where the names now live.
-COMPATIBILITY_PATHS = frozenset({"orchestrator.models.offline"})
+# A facade's lazy name as type checkers see it: ``orchestrator.models`` names the research tree's
+# OfflineModel by a string (imported on first use of the name) and imports it for type checkers
+# only, under TYPE_CHECKING (test_a_type_only_reexport_is_a_lazy_name_of_its_facade).
+TYPE_ONLY_REEXPORTS = frozenset({("orchestrator.models", "orchestrator.research.offline")})
 
 
 def module_name(path: Path) -> str:
@@ -107,11 +110,11 @@ def violations(room: str, rule: Callable[[str, str], str | None]) -> list[str]:
     found = []
     for path in sorted((PACKAGE / room).rglob("*.py") if room else PACKAGE.glob("*.py")):
         source = module_name(path)
-        if source in COMPATIBILITY_PATHS:
-            continue
         for line, target in imports_of(path):
             if not is_module(target, known):
                 continue  # a name imported from a module, not a module
+            if (source, target) in TYPE_ONLY_REEXPORTS:
+                continue
             problem = rule(source, target)
             if problem:
                 found.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {target} ({problem})")
@@ -181,9 +184,34 @@ def test_the_research_application_is_named_only_as_a_string_by_the_model_registr
     def rule(source: str, target: str) -> str | None:
         return "the research application" if within(target, "orchestrator.research") else None
 
-    # models/base.py names "orchestrator.research.offline" as a string, loaded for "offline"
+    # models/base.py names "orchestrator.research.offline" as a string, loaded for "offline";
+    # so does the models package for its OfflineModel (see TYPE_ONLY_REEXPORTS)
     for room in ("core", "models", "tracing", "toolsets"):
         assert violations(room, rule) == [], room
+
+
+def test_a_type_only_reexport_is_a_lazy_name_of_its_facade() -> None:
+    for package, target in sorted(TYPE_ONLY_REEXPORTS):
+        path = PACKAGE.parent / package.replace(".", "/") / "__init__.py"
+        tree = ast.parse(path.read_text())
+        guarded = [
+            node
+            for node in tree.body
+            if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+        ]
+        lines = {statement.lineno for block in guarded for statement in block.body}
+        found = [line for line, name in imports_of(path) if name == target]
+        assert found and set(found) <= lines, f"{package} imports {target} at run time"
+        names = [
+            alias.name
+            for block in guarded
+            for node in ast.walk(block)
+            if isinstance(node, ast.ImportFrom) and node.lineno in found
+            for alias in node.names
+        ]
+        lazy = importlib.import_module(package)._LAZY
+        assert names and all(lazy[name] == target for name in names), (package, names)
+        assert target not in loaded_after(f"import {package}")
 
 
 def loaded_after(statement: str) -> list[str]:

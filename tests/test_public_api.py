@@ -1,4 +1,4 @@
-"""The public API: the names each public module exports, and the old import paths that still work.
+"""The public API: the names each public module exports, and where the facades take them from.
 
 A name added to or dropped from ``__all__`` is a change users see: this file is where it shows.
 """
@@ -25,11 +25,13 @@ EXPORTS = {
         "ConfigurationError",
         "ContextPolicy",
         "ContextWindowExceeded",
+        "Corpus",
         "InProcessRunner",
         "Journal",
         "Limits",
         "Message",
         "ModelError",
+        "NoteStore",
         "NullJournal",
         "OrchestratorError",
         "ParentSide",
@@ -48,7 +50,10 @@ EXPORTS = {
         "ToolUseBlock",
         "Usage",
         "__version__",
+        "corpus_tools",
+        "notes_tools",
         "open_run",
+        "redact",
         "resume",
         "resume_sync",
         "run",
@@ -85,11 +90,15 @@ EXPORTS = {
         "content_for_span",
         "decode_otlp_json",
         "encode_otlp_json",
+        "export_trace",
         "flush_tracer_provider",
+        "load_trace",
+        "render_trace",
         "resolve_otlp_endpoint",
         "resolve_protocol",
     ],
     "orchestrator.mcp": ["MCPServer"],
+    "orchestrator.tools": ["Tool", "ToolContext", "ToolError", "tool"],
     "orchestrator.aio": ["AioEvents", "AioRunHandle", "open_run", "run"],
     "orchestrator.testing": [
         "FunctionModel",
@@ -104,20 +113,36 @@ EXPORTS = {
     ],
 }
 
-# Paths the README, docs/ and examples/ name, or that earlier releases had: they keep working.
-OLD_PATHS = {
-    "orchestrator.context": ["ContextPolicy"],
-    "orchestrator.notes": ["notes_tools"],
-    "orchestrator.research_tools": ["corpus_tools"],
-    "orchestrator.corpus": ["Corpus"],
-    "orchestrator.messages": ["Message", "Usage"],
-    "orchestrator.redact": ["redact"],
-    "orchestrator.traceview": ["load_trace", "render_trace", "export_trace"],
+# Modules the README, docs/ and examples/ import from by path (each the room a name lives in).
+DOCUMENTED_PATHS = {
     "orchestrator.models.anthropic": ["AnthropicModel", "DEFAULT_MODEL", "PRICES"],
     "orchestrator.models.openai": ["OpenAIModel", "PRICES", "ollama"],
     "orchestrator.models.scripted": ["ScriptedModel", "FunctionModel"],
-    "orchestrator.models.offline": ["OfflineModel"],
     "orchestrator.cli": ["main"],
+}
+
+# A name lives at one path, its room; a facade exports that same object. These are the names
+# the deleted compatibility modules (orchestrator.notes, .corpus, .research_tools, .redact,
+# .traceview ...) used to give, and what a tool author uses.
+FACADE_NAMES = {
+    "orchestrator": {
+        "Corpus": "orchestrator.research.corpus",
+        "NoteStore": "orchestrator.toolsets.notes",
+        "corpus_tools": "orchestrator.research.tools",
+        "notes_tools": "orchestrator.toolsets.notes",
+        "redact": "orchestrator.core.redact",
+    },
+    "orchestrator.tracing": {
+        "export_trace": "orchestrator.tracing.export",
+        "load_trace": "orchestrator.tracing.tracefiles",
+        "render_trace": "orchestrator.tracing.view",
+    },
+    "orchestrator.tools": {
+        "Tool": "orchestrator.core.tools",
+        "ToolContext": "orchestrator.core.tools",
+        "ToolError": "orchestrator.core.errors",
+        "tool": "orchestrator.core.tools",
+    },
 }
 
 
@@ -159,11 +184,38 @@ def test_the_top_level_names_type_checkers_see_are_the_ones_loaded_on_first_use(
     assert sorted(orchestrator._LAZY) == sorted(set(orchestrator.__all__) - {"__version__"})
 
 
-@pytest.mark.parametrize("module", sorted(OLD_PATHS))
-def test_an_old_import_path_still_gives_the_same_objects(module: str) -> None:
+@pytest.mark.parametrize("module", sorted(DOCUMENTED_PATHS))
+def test_a_documented_import_path_gives_its_names(module: str) -> None:
     mod = importlib.import_module(module)
-    for name in OLD_PATHS[module]:
+    for name in DOCUMENTED_PATHS[module]:
         assert getattr(mod, name) is not None, f"{module}.{name}"
+
+
+@pytest.mark.parametrize("facade", sorted(FACADE_NAMES))
+def test_a_facade_exports_the_object_its_room_defines(facade: str) -> None:
+    mod = importlib.import_module(facade)
+    for name, room in FACADE_NAMES[facade].items():
+        assert name in mod.__all__, f"{facade}.{name}"
+        assert getattr(mod, name) is getattr(importlib.import_module(room), name), name
+
+
+@pytest.mark.parametrize(
+    "gone",
+    [
+        "orchestrator.context",
+        "orchestrator.corpus",
+        "orchestrator.messages",
+        "orchestrator.notes",
+        "orchestrator.redact",
+        "orchestrator.research_tools",
+        "orchestrator.traceview",
+        "orchestrator.models.offline",
+    ],
+)
+def test_no_compatibility_module_is_left(gone: str) -> None:
+    # the project has not been released: a name lives at one path, and a facade exports it
+    relative = Path(*gone.split(".")[1:]).with_suffix(".py")
+    assert not (PACKAGE / relative).exists(), gone
 
 
 def test_the_test_models_are_the_same_objects_in_testing_and_models() -> None:

@@ -197,7 +197,7 @@ async def open_run(
     tools as ``ToolContext.deps``. ``message_history`` is prepended to the root's transcript.
     ``event_buffer=0`` turns events off (``math.inf``: never drop one). ``run_id`` names the
     run (a random hex id by default; it is ``gen_ai.conversation.id`` on every span).
-    ``context`` overrides every agent's :class:`~orchestrator.context.ContextPolicy`.
+    ``context`` overrides every agent's :class:`~orchestrator.ContextPolicy`.
     ``tool_threads`` is how many worker threads the run's sync tools may use at once (a
     timed-out sync tool keeps its thread until it returns, so a run whose sync tools hang needs
     room for them). ``journal`` records the run as it goes: a path for a new SQLite journal

@@ -26,8 +26,8 @@ from .scripted import text as text
 from .scripted import tool_call as tool_call
 
 if TYPE_CHECKING:
+    from ..research.offline import OfflineModel as OfflineModel
     from .anthropic import AnthropicModel as AnthropicModel
-    from .offline import OfflineModel as OfflineModel
     from .openai import OpenAIModel as OpenAIModel
 
 __all__ = [

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import sqlite3
 import sys
 import sysconfig
 import threading
@@ -21,6 +20,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from ..core.messages import is_text
 from .index_file import default_index_path, prepare_schema, root_key
@@ -37,6 +37,9 @@ from .sources import (
     stdlib_sources,
     topic_sources,
 )
+
+if TYPE_CHECKING:  # loaded when a corpus opens: `from orchestrator import *` never needs it
+    import sqlite3
 
 __all__ = ["Corpus", "CorpusError", "Document", "RefreshStats", "SearchHit"]
 
@@ -116,6 +119,8 @@ class Corpus:
             raise CorpusError(
                 f"cannot create the index folder {str(index_path.parent)!r}: {exc}"
             ) from exc
+        import sqlite3
+
         conn = sqlite3.connect(
             index_path, check_same_thread=False, isolation_level=None, timeout=60
         )
@@ -436,6 +441,8 @@ def _size(path: Path) -> int:
 
 
 def _require_fts5() -> None:
+    import sqlite3
+
     probe = sqlite3.connect(":memory:")
     try:
         probe.execute(_FTS5_PROBE)

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sqlite3
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .results import CorpusError
+
+if TYPE_CHECKING:  # loaded when a corpus opens
+    import sqlite3
 
 __all__ = ["default_index_path", "prepare_schema", "root_key"]
 
@@ -36,6 +39,8 @@ def default_index_path(key: str) -> Path:
 
 def prepare_schema(conn: sqlite3.Connection, path: Path, key: str) -> None:
     """Create the tables, or rebuild them when the schema or root changed; refuse foreign files."""
+    import sqlite3
+
     try:
         conn.execute("BEGIN")  # one snapshot: another process may be creating the index right now
         try:

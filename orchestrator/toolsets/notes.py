@@ -11,17 +11,20 @@ store. docs/context.md ("External memory") is the user-facing reference: scope, 
 from __future__ import annotations
 
 import re
-import sqlite3
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..core.errors import ConfigurationError, ToolError
 from ..core.messages import is_text
 from ..core.tools import Tool, ToolContext
+
+if TYPE_CHECKING:  # loaded when a store opens: `from orchestrator import *` never needs it
+    import sqlite3
 
 __all__ = ["MAX_NOTE_CHARS", "MAX_TITLE_CHARS", "Note", "NoteStore", "notes_tools"]
 
@@ -104,6 +107,8 @@ class NoteStore:
     """
 
     def __init__(self, path: Path | str | None = None, *, use_fts: bool | None = None) -> None:
+        import sqlite3
+
         self.path = str(path) if path is not None else ":memory:"
         self._lock = threading.Lock()
         try:
@@ -133,6 +138,8 @@ class NoteStore:
         are searchable now. Without FTS5, a trigger left by a build that had it is dropped:
         every insert would fail on it.
         """
+        import sqlite3
+
         with self._lock, self._conn:
             had_trigger = self._conn.execute(
                 "SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = 'notes_fts_insert'"

@@ -5,7 +5,8 @@ configured. The span helpers (:mod:`.spans`), content capture (:mod:`.content`) 
 flushes (:mod:`.flush`) need only the OpenTelemetry API; the exporter setup (:mod:`.setup`,
 :mod:`.exporters`) loads the SDK, so its names are imported on first use: ``import
 orchestrator.tracing`` stays light for programs that never trace. Saved traces are read by
-:mod:`.tracefiles`, drawn by :mod:`.view` and sent later by :mod:`.export`.
+:mod:`.tracefiles`, drawn by :mod:`.view` and sent later by :mod:`.export` (their
+:func:`load_trace`, :func:`render_trace` and :func:`export_trace` load on first use too).
 """
 
 from __future__ import annotations
@@ -22,12 +23,15 @@ if TYPE_CHECKING:
     from .endpoints import Protocol as Protocol
     from .endpoints import resolve_otlp_endpoint as resolve_otlp_endpoint
     from .endpoints import resolve_protocol as resolve_protocol
+    from .export import export_trace as export_trace
     from .exporters import OtlpJsonLinesExporter as OtlpJsonLinesExporter
     from .otlp_json import decode_otlp_json as decode_otlp_json
     from .otlp_json import encode_otlp_json as encode_otlp_json
     from .setup import DEFAULT_SERVICE_NAME as DEFAULT_SERVICE_NAME
     from .setup import TracingSetup as TracingSetup
     from .setup import configure_tracing as configure_tracing
+    from .tracefiles import load_trace as load_trace
+    from .view import render_trace as render_trace
 
 __all__ = [
     "CONTENT_CAPTURE_ENV",
@@ -40,7 +44,10 @@ __all__ = [
     "content_for_span",
     "decode_otlp_json",
     "encode_otlp_json",
+    "export_trace",
     "flush_tracer_provider",
+    "load_trace",
+    "render_trace",
     "resolve_otlp_endpoint",
     "resolve_protocol",
 ]
@@ -54,6 +61,9 @@ _LAZY: dict[str, str] = {
     "configure_tracing": ".setup",
     "decode_otlp_json": ".otlp_json",
     "encode_otlp_json": ".otlp_json",
+    "export_trace": ".export",
+    "load_trace": ".tracefiles",
+    "render_trace": ".view",
     "resolve_otlp_endpoint": ".endpoints",
     "resolve_protocol": ".endpoints",
 }

@@ -63,8 +63,12 @@ from orchestrator import (
     tool,
 )
 from orchestrator.core.compaction import ContextPolicy
-from orchestrator.core.messages import MAX_CALL_COST_USD, MAX_CALL_TOKENS, MAX_NESTING
-from orchestrator.messages import message_from_wire
+from orchestrator.core.messages import (
+    MAX_CALL_COST_USD,
+    MAX_CALL_TOKENS,
+    MAX_NESTING,
+    message_from_wire,
+)
 from orchestrator.models import (
     AnthropicModel,
     FunctionModel,
