@@ -5,7 +5,8 @@ tool result the model can react to, and an agent that cannot go on ends with a
 :class:`~orchestrator.RunStatus`. The exceptions below are for the cases a program must handle:
 a definition that cannot run (raised when the agent, tool or tree is built), a failed run the
 caller asked to be raised (:meth:`RunResult.raise_for_status`), and model errors that adapters
-raise for the loop to turn into statuses::
+raise for the loop to turn into statuses. Every subclass is drawn here, with the module it lives
+in when that is not this one (tests/core/test_errors.py checks the drawing against the code)::
 
     OrchestratorError
     +-- ConfigurationError (also a ValueError)   a definition that cannot run
@@ -13,7 +14,13 @@ raise for the loop to turn into statuses::
     +-- ModelError                               a model call failed (``fatal``, ``kind``)
     |   +-- ContextWindowExceeded                the input is longer than the context window
     +-- RunFailedError                           ``RunResult.raise_for_status()``
-    +-- BudgetExceeded, PricingFailed            (core.limits) the ledger's, caught by the loop
+    +-- ToolsetFailed                            (core.toolset) a tool source could not start
+    +-- BudgetExceeded                           (core.limits) internal: a reservation cannot fit
+    +-- PricingFailed                            (core.limits) internal: a model's cost() failed
+    +-- CorpusError                              (research.results) a corpus cannot answer
+    +-- TraceFileError (also a ValueError)       (tracing.tracefiles) not OTLP/JSON lines
+    +-- TraceNotFoundError (also a LookupError)  (tracing.tracefiles) no saved trace matches
+    +-- TraceExportError                         (tracing.export) a saved trace was not sent
 """
 
 from __future__ import annotations
@@ -62,12 +69,11 @@ class ModelError(OrchestratorError):
     ``kind`` is a short machine-readable type (``rate_limit``, ``overloaded``, ``authentication``
     ...) recorded as ``error.type`` on spans. ``usage``: what the failed attempts were billed
     (complete answers the adapter could not use), counted in the run's usage and budget.
-    """
 
-    def __new__(cls, message: str = "", *, kind: str = "model_error", **_: object) -> ModelError:
-        if cls is ModelError and kind == ContextWindowExceeded.KIND:
-            cls = ContextWindowExceeded  # the type the loop decides on
-        return super().__new__(cls, message)
+    The loop decides on the type: an input too long for the context window is a
+    :class:`ContextWindowExceeded`. An adapter that maps provider errors to kinds builds its
+    error with :meth:`from_kind`, which gives that class for ``kind="context_exceeded"``.
+    """
 
     def __init__(
         self,
@@ -82,18 +88,33 @@ class ModelError(OrchestratorError):
         self.kind = kind
         self.usage = usage
 
+    @classmethod
+    def from_kind(
+        cls,
+        message: str,
+        *,
+        kind: str,
+        fatal: bool = False,
+        usage: Usage | None = None,
+    ) -> ModelError:
+        """The error for a failure of this ``kind``: a :class:`ContextWindowExceeded` (never
+        fatal) for ``"context_exceeded"``, else a :class:`ModelError` as given."""
+        if kind == ContextWindowExceeded.KIND:
+            return ContextWindowExceeded(message, usage=usage)
+        return cls(message, fatal=fatal, kind=kind, usage=usage)
+
 
 class ContextWindowExceeded(ModelError):
     """The provider refused the request because its input is longer than the model's context
     window (the agent compacts and asks again, if its context policy allows).
 
-    ``ModelError(..., kind="context_exceeded")`` builds one too, so adapters and test models
-    written against the plain class keep working.
+    Raise it directly, or build it with ``ModelError.from_kind(message, kind="context_exceeded")``
+    from a provider error's kind. Its ``kind`` is ``"context_exceeded"`` and it is never fatal.
     """
 
     KIND = "context_exceeded"
 
-    def __init__(self, message: str, *, usage: Usage | None = None, **_: object) -> None:
+    def __init__(self, message: str, *, usage: Usage | None = None) -> None:
         super().__init__(message, fatal=False, kind=self.KIND, usage=usage)
 
 

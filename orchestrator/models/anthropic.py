@@ -391,7 +391,7 @@ class AnthropicModel:
         if fix:
             message += "; " + fix.format(models=", ".join(CURRENT_MODELS))
         message = redact(_one_line(message).replace(api_key, REDACTED))
-        return ModelError(message, fatal=failure.fatal, kind=failure.kind, usage=spent)
+        return ModelError.from_kind(message, fatal=failure.fatal, kind=failure.kind, usage=spent)
 
 
 def _has_blank_text(message: Message) -> bool:

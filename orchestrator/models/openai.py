@@ -581,7 +581,9 @@ class OpenAIModel:
         message = _one_line(message)
         if api_key != _NO_KEY:
             message = message.replace(api_key, REDACTED)
-        return ModelError(redact(message), fatal=failure.fatal, kind=failure.kind, usage=spent)
+        return ModelError.from_kind(
+            redact(message), fatal=failure.fatal, kind=failure.kind, usage=spent
+        )
 
 
 def _refused_streaming(exc: Exception) -> bool:

@@ -322,7 +322,7 @@ def scripted_worker(
             return text(f"Goal: run the script. Evidence: steps done: {done}. Work left: more.")
         if overflow is not None and request.input_tokens_estimate > overflow[1]:
             if overflow[0] == "error":
-                raise ModelError("prompt is too long", kind="context_exceeded")
+                raise ModelError.from_kind("prompt is too long", kind="context_exceeded")
             return response(text("cut"), stop_reason="model_context_window_exceeded")
         if done >= len(script):
             return text(f"done after {done} steps")
@@ -594,7 +594,9 @@ def too_long(kind: str, max_results: int) -> Callable[[ModelRequest], Any]:
         if results_in(request) <= max_results:
             return None
         if kind == "error":
-            raise ModelError("prompt is too long: 210000 tokens > 200000", kind="context_exceeded")
+            raise ModelError.from_kind(
+                "prompt is too long: 210000 tokens > 200000", kind="context_exceeded"
+            )
         return response(text("I was cut"), stop_reason="model_context_window_exceeded")
 
     return overflow
@@ -603,7 +605,7 @@ def too_long(kind: str, max_results: int) -> Callable[[ModelRequest], Any]:
 def always(kind: str) -> Callable[[ModelRequest], Any]:
     def overflow(request: ModelRequest) -> Any:
         if kind == "error":
-            raise ModelError("prompt is too long", kind="context_exceeded")
+            raise ModelError.from_kind("prompt is too long", kind="context_exceeded")
         return response(text("I was cut"), stop_reason="model_context_window_exceeded")
 
     return overflow
@@ -685,7 +687,7 @@ async def test_overflow_recovery_works_with_a_window_that_applies_to_every_reque
     def overflow(request: ModelRequest) -> Any:
         real_tokens = (len(request.system) + sum(block_chars(m) for m in request.messages)) // 3
         if real_tokens > window:
-            raise ModelError("prompt is too long", kind="context_exceeded")
+            raise ModelError.from_kind("prompt is too long", kind="context_exceeded")
         return None
 
     reader = Reader(total=30, overflow=overflow, window_applies_to_checkpoints=True)
@@ -708,7 +710,7 @@ async def test_a_proactive_checkpoint_refused_as_too_long_is_made_again_as_after
 
     def respond(request: ModelRequest) -> Any:
         if request_tokens(request) * 4 // 3 > window:  # real tokens: characters / 3
-            raise ModelError("prompt is too long", kind="context_exceeded")
+            raise ModelError.from_kind("prompt is too long", kind="context_exceeded")
         if is_checkpoint(request):
             return text("Goal: fetch docs 0-5. Work left: the rest, then answer.")
         if RESUME_HEADER in request.messages[0].text:
@@ -799,7 +801,7 @@ async def test_a_lead_whose_transcript_is_mostly_subagent_answers_recovers_from_
     def answer(request: ModelRequest) -> Any:
         real_tokens = (len(request.system) + sum(block_chars(m) for m in request.messages)) // 3
         if real_tokens > window:
-            raise ModelError("prompt is too long", kind="context_exceeded")
+            raise ModelError.from_kind("prompt is too long", kind="context_exceeded")
         if request.agent.name == "worker":
             return text("finding: " + "evidence " * 450)  # ~4,000 characters
         if is_checkpoint(request):
