@@ -19,7 +19,8 @@ context like any other, so a tool's own spans nest under its ``execute_tool`` sp
 cannot promise sends the run through the SDK instead, decided once per run by
 :func:`~.exporters.direct_tracer`: a processor of the program's own on the provider, a sampler,
 id generator or span limits other than the defaults, an exporter that only takes SDK spans
-(the console, gRPC).
+(the console, gRPC, OTLP/HTTP before opentelemetry-exporter-otlp 1.45); the setup then logs one
+warning saying why.
 
 Every text written to a direct span is redacted here (what :class:`~.spans._RedactedSpan`
 does for SDK spans), content attributes excepted: they are redacted when they are made.

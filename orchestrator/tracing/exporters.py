@@ -5,8 +5,9 @@ processor (``_SpanPipe``, our own: it takes direct spans too) count what was del
 or dropped, and carry the shutdown deadline past which the remaining batches fail at once, so
 a dead collector cannot hold exit; ``_Dispatch`` is the one processor added per provider, as
 the SDK cannot remove one, and decides whether a provider's runs may take the direct road
-(:func:`direct_tracer`). Imports the SDK, like :mod:`.setup`; the OTLP exporter modules load
-only when one is built.
+(:func:`direct_tracer`): a setup whose runs take the SDK's road instead logs one warning saying
+why (and one debug line when they take the direct road). Imports the SDK, like :mod:`.setup`;
+the OTLP exporter modules load only when one is built.
 """
 
 from __future__ import annotations
@@ -177,10 +178,16 @@ class _CountingExporter(SpanExporter):
     attempt at exit rather than one per remaining batch.
     """
 
-    def __init__(self, inner: SpanExporter, kind: str) -> None:
+    def __init__(self, inner: SpanExporter, kind: str, *, sdk_only: str | None = None) -> None:
         self.inner = inner
         self.kind = kind
         self.takes_direct: bool = getattr(inner, "takes_direct", False)
+        self.sdk_only = (
+            None
+            if self.takes_direct
+            else (sdk_only or f"the {kind} exporter takes the SDK's spans only")
+        )
+        """Why this exporter's spans cannot take the direct road (None: they can)."""
         self.handed = 0
         self.exported = 0
         self.failed = 0
@@ -245,6 +252,7 @@ class _SpanPipe(SpanProcessor):
     def __init__(self, exporter: _CountingExporter, *, max_queue_size: int) -> None:
         self.counter = exporter
         self.takes_direct = exporter.takes_direct
+        self.told_road: str | None = None  # the road last logged for this pipe's setup
         self._max_queue = max_queue_size
         self._batch = min(_MAX_EXPORT_BATCH, max_queue_size)
         self._queue: deque[Any] = deque()
@@ -355,11 +363,17 @@ class _Dispatch(SpanProcessor):
 
     def direct_tracer(self, provider: TracerProvider) -> DirectTracer | None:
         """The direct road's tracer for ``provider`` when it may take it (see
-        :func:`direct_tracer`), else None."""
+        :func:`direct_tracer`), else None. The road a setup's runs take is logged once per
+        setup (and again should it change): the SDK's as a warning saying why."""
         targets = self.targets
-        if not targets or not all(t.takes_direct for t in targets):
+        if not targets:
             return None
-        if not _only_ours(provider, self):
+        why = [reason for t in targets if (reason := t.counter.sdk_only)]
+        why += _provider_unfit(provider, self)
+        road = "; ".join(dict.fromkeys(why)) or _DIRECT_ROAD
+        if any(t.told_road != road for t in targets):
+            self._tell(targets, road)
+        if why:
             return None
         if self._direct is None:
             from .. import __version__
@@ -367,6 +381,22 @@ class _Dispatch(SpanProcessor):
             scope = InstrumentationScope(TRACER_NAME, __version__)
             self._direct = DirectTracer(self, provider.resource, scope)
         return self._direct
+
+    def _tell(self, targets: Sequence[_SpanPipe], road: str) -> None:
+        with self._lock:  # runs of one setup may start in several threads at once
+            untold = [t for t in targets if t.told_road != road]
+            for target in untold:
+                target.told_road = road
+        if not untold:
+            return
+        if road == _DIRECT_ROAD:
+            _logger.debug("tracing: runs take the direct road (no SDK span objects)")
+        else:
+            _logger.warning(
+                "tracing: runs take the OpenTelemetry SDK's road, several times the CPU per span "
+                "of the direct road (the same trace), because %s",
+                road,
+            )
 
     def attach(self, processors: Sequence[_SpanPipe]) -> None:
         with self._lock:
@@ -404,38 +434,59 @@ _DEFAULT_SAMPLER: Final = (
 )
 
 
-def _only_ours(provider: TracerProvider, dispatch: _Dispatch) -> bool:
-    """Whether spans of ``provider`` may skip the SDK: ``dispatch`` is its only processor,
-    and it samples, makes ids and limits spans as the SDK does by default.
+_DIRECT_ROAD: Final = "direct"
+
+
+def _provider_unfit(provider: TracerProvider, dispatch: _Dispatch) -> list[str]:
+    """Why spans of ``provider`` may not skip the SDK (none: they may). They may when
+    ``dispatch`` is its only processor, and it samples, makes ids and limits spans as the SDK
+    does by default.
 
     The processors and limits are private SDK state, read defensively: should they ever
-    move, every run takes the SDK's road, slower but the same trace.
+    move, every run takes the SDK's road, slower but the same trace (and the warning says so).
     """
-    active = getattr(provider, "_active_span_processor", None)
-    if getattr(active, "_span_processors", None) != (dispatch,):
-        return False  # a processor of the program's own sees every span: SDK spans for it
-    if getattr(provider, "_disabled", True) is not False:
-        return False
+    why: list[str] = []
+    processors = getattr(
+        getattr(provider, "_active_span_processor", None), "_span_processors", None
+    )
+    if not isinstance(processors, tuple):
+        why.append(_unread("TracerProvider._active_span_processor._span_processors"))
+    elif processors != (dispatch,):  # a processor of the program's own sees every span
+        why.append("the tracer provider has a span processor of the program's own (SDK spans)")
+    disabled = getattr(provider, "_disabled", None)
+    if disabled is None:
+        why.append(_unread("TracerProvider._disabled"))
+    elif disabled:
+        why.append("the tracer provider is disabled")
     limits = getattr(provider, "_span_limits", None)
-    default_limits = (
+    if limits is None:
+        why.append(_unread("TracerProvider._span_limits"))
+    elif not (
         getattr(limits, "max_span_attributes", None) == MAX_ATTRIBUTES
         and getattr(limits, "max_events", None) == MAX_EVENTS
         and getattr(limits, "max_links", None) == MAX_LINKS
         and getattr(limits, "max_event_attributes", None) == MAX_ATTRIBUTES
         and getattr(limits, "max_link_attributes", None) == MAX_ATTRIBUTES
         and getattr(limits, "max_span_attribute_length", 0) is None
-    )
-    return (
-        default_limits
-        and type(provider.id_generator) is RandomIdGenerator
-        and provider.sampler.get_description() == _DEFAULT_SAMPLER
-    )
+    ):
+        why.append("the tracer provider's span limits are not the SDK's defaults")
+    if type(provider.id_generator) is not RandomIdGenerator:
+        why.append("the tracer provider's id generator is not the SDK's RandomIdGenerator")
+    sampler = provider.sampler.get_description()
+    if sampler != _DEFAULT_SAMPLER:
+        why.append(f"the tracer provider's sampler is {sampler}, not the SDK's default")
+    return why
+
+
+def _unread(field: str) -> str:
+    """Why the road is the SDK's when a private SDK field the direct road reads is missing."""
+    return f"this OpenTelemetry SDK has no {field}, which the direct road reads (1.45 has it)"
 
 
 def direct_tracer(provider: object) -> DirectTracer | None:
     """The tracer of the direct road (:mod:`.direct`) when ``provider``'s spans may take it:
     :func:`~.setup.configure_tracing` attached its exporters to it, every one of them takes
-    direct spans, and nothing else sees its spans (see :func:`_only_ours`)."""
+    direct spans, and nothing else sees its spans (see :func:`_provider_unfit`)."""
     try:
         dispatch = _DISPATCH.get(provider)  # type: ignore[call-overload]
     except TypeError:  # not weakly referable: not a provider of ours
@@ -462,7 +513,11 @@ def _dispatch_for(provider: TracerProvider) -> _Dispatch:
         return dispatch
 
 
-def _otlp_exporter(endpoint: str, protocol: Protocol, timeout: float) -> SpanExporter:
+def _otlp_exporter(
+    endpoint: str, protocol: Protocol, timeout: float
+) -> tuple[SpanExporter, str | None]:
+    """The SDK's OTLP exporter for ``protocol``, and why its spans cannot take the direct road
+    (None: they can; OTLP/HTTP on an SDK that has the exporter's client)."""
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
             OTLPSpanExporter as GrpcExporter,
@@ -476,9 +531,10 @@ def _otlp_exporter(endpoint: str, protocol: Protocol, timeout: float) -> SpanExp
                 "OTEL_EXPORTER_OTLP_INSECURE"
             )
             insecure = True if env is None else env.strip().lower() == "true"
-        return cast(
+        grpc = cast(
             SpanExporter, GrpcExporter(endpoint=endpoint, insecure=insecure, timeout=timeout)
         )
+        return grpc, "OTLP over gRPC is sent by the SDK's exporter, which takes SDK spans only"
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
         OTLPSpanExporter as HttpExporter,
     )
@@ -486,8 +542,9 @@ def _otlp_exporter(endpoint: str, protocol: Protocol, timeout: float) -> SpanExp
     exporter = cast(SpanExporter, HttpExporter(endpoint=endpoint, timeout=timeout))
     client = getattr(exporter, "_client", None)
     if callable(getattr(client, "export", None)):
-        return _OtlpHttpDirect(exporter, client)
-    return exporter  # an SDK without the client seam: SDK spans only
+        return _OtlpHttpDirect(exporter, client), None
+    # an exporter without the client seam (before 1.45): SDK spans only
+    return exporter, _unread("OTLPSpanExporter._client (the OTLP/HTTP exporter's client)")
 
 
 class _OtlpHttpDirect(SpanExporter):

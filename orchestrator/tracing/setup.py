@@ -365,9 +365,8 @@ def configure_tracing(
             if used_protocol == "http/protobuf"
             else _DEFAULT_GRPC_ENDPOINT
         )
-        exporters.append(
-            _CountingExporter(_otlp_exporter(used_endpoint, used_protocol, export_timeout), "otlp")
-        )
+        otlp, sdk_only = _otlp_exporter(used_endpoint, used_protocol, export_timeout)
+        exporters.append(_CountingExporter(otlp, "otlp", sdk_only=sdk_only))
     if "console" in names:
         exporters.append(_CountingExporter(ConsoleSpanExporter(out=sys.stderr), "console"))
     if (

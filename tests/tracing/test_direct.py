@@ -4,27 +4,35 @@
 :class:`~orchestrator.tracing.direct.DirectSpan` objects that its exporters encode themselves
 (test_span_set.py pins that the trace is the one the SDK's road makes). Checked here: when the
 road is taken and when it is not, the two encoders against each other and against protobuf's
-own decoder, a program's spans nesting under ours, sampling and remote parents, and that every
-span is delivered or counted as dropped.
+own decoder, a program's spans nesting under ours, sampling and remote parents, that every
+span is delivered or counted as dropped, and that the road a setup's runs take is logged once:
+the SDK's as a warning saying why.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.exporter.otlp.proto.http import trace_exporter as http_trace_exporter
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from support.cli import Cli
 from support.otlp_receiver import OtlpReceiver
 
 from orchestrator import Agent, run_sync, tool
@@ -306,3 +314,149 @@ def test_an_exception_escaping_a_current_direct_span_is_recorded_redacted(
     assert event.attributes["exception.type"] == "ValueError"
     assert secret not in str(event.attributes) and secret not in span.status_message
     assert span.status == "ERROR"
+
+
+# ---------------------------------------------------------------------------------------------
+# Which road: logged once per setup, the SDK's as a warning saying why
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@contextmanager
+def tracing_log() -> Iterator[list[logging.LogRecord]]:
+    """What ``orchestrator.tracing`` logs meanwhile, debug lines included (a handler on that
+    logger: the command run in process takes the root logger's handlers away)."""
+    logger = logging.getLogger("orchestrator.tracing")
+    handler, level = _Records(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield handler.records
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def roads(records: Sequence[logging.LogRecord]) -> list[tuple[str, str]]:
+    """(level, message) of each line saying which road runs take."""
+    return [(r.levelname, r.getMessage()) for r in records if "road" in r.getMessage()]
+
+
+DIRECT_LINE = ("DEBUG", "tracing: runs take the direct road (no SDK span objects)")
+
+
+def test_the_clis_otlp_http_setup_takes_the_direct_road(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "tree.py").write_text(
+        "from orchestrator import Agent\n"
+        "from orchestrator.models import ScriptedModel, text\n"
+        "agent = Agent('solo', 'Answer.', model=ScriptedModel([text('hello')]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    with OtlpReceiver() as receiver, tracing_log() as records:
+        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver.http_endpoint
+        # the command in this process (support.cli): OTLP/HTTP, and the trace file kept
+        proc = Cli(monkeypatch, tmp_path, lambda: env)("run", "tree.py", "hi", "--json")
+        assert proc.returncode == 0, proc.stderr
+        received = receiver.wait_for_spans(3)
+    doc = json.loads(proc.stdout)
+    assert doc["trace"].startswith(receiver.http_endpoint.split("/v1")[0]) and doc["trace_file"]
+    assert {s.transport for s in received} == {"http"}
+    assert roads(records) == [DIRECT_LINE]
+
+
+class _HttpExporterBefore145(http_trace_exporter.OTLPSpanExporter):
+    """The SDK's OTLP/HTTP exporter as releases before 1.45 made it: no ``_client`` attribute
+    (its requests go out all the same, through a client under a name of its own)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._sender = self.__dict__.pop("_client")
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        sent = self._sender.export(encode_spans(spans).SerializePartialToString())
+        return SpanExportResult.SUCCESS if sent.success else SpanExportResult.FAILURE
+
+    def shutdown(self) -> None:
+        self._sender.shutdown()
+
+
+def test_an_otlp_http_exporter_without_its_client_takes_the_sdks_road_and_says_why_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # what an opentelemetry-exporter-otlp older than the pinned 1.45 builds
+    monkeypatch.setattr(http_trace_exporter, "OTLPSpanExporter", _HttpExporterBefore145)
+    model = FunctionModel(lambda request: response(text("done")))
+    with OtlpReceiver() as receiver, tracing_log() as records:
+        configured = configure_tracing(endpoint=receiver.http_endpoint, set_global=False)
+        try:
+            for _ in range(2):  # two runs: one decision each, one warning in all
+                result = run_sync(
+                    WORKER, "Go.", model=model, tracer_provider=configured.tracer_provider
+                )
+                assert result.status.value == "completed", result.error
+            assert not isinstance(get_tracer(configured.tracer_provider), DirectTracer)
+        finally:
+            assert configured.shutdown()
+        received = receiver.wait_for_spans(2)
+    assert len([s for s in received if s.name.startswith("invoke_agent")]) == 2  # SDK spans
+    ((level, message),) = roads(records)
+    assert level == "WARNING"
+    assert "OpenTelemetry SDK's road" in message
+    assert "OTLPSpanExporter._client" in message and "1.45" in message
+    assert [r.getMessage() for r in records if r.levelno >= logging.WARNING] == [message]
+
+
+@pytest.mark.parametrize(
+    ("case", "why"),
+    [
+        ("console", "the console exporter takes the SDK's spans only"),
+        ("grpc", "OTLP over gRPC is sent by the SDK's exporter"),
+        ("own processor", "a span processor of the program's own"),
+        ("sampler", "sampler is AlwaysOffSampler, not the SDK's default"),
+    ],
+)
+def test_a_setup_on_the_sdks_road_warns_once_saying_why(
+    case: str, why: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    file = tmp_path / "t.jsonl"
+    if case == "console":
+        monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")
+        configured = configure_tracing(set_global=False)
+    elif case == "grpc":  # nothing is sent: no collector needed
+        configured = configure_tracing(endpoint="127.0.0.1:4317", protocol="grpc", set_global=False)
+    elif case == "own processor":
+        configured = configure_tracing(run_file=file, set_global=False)
+        configured.tracer_provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
+    else:
+        configured = configure_tracing(
+            run_file=file, tracer_provider=TracerProvider(sampler=ALWAYS_OFF), set_global=False
+        )
+    try:
+        with tracing_log() as records:
+            for _ in range(3):  # each run decides its road
+                assert not isinstance(get_tracer(configured.tracer_provider), DirectTracer)
+    finally:
+        configured.shutdown(timeout=1)
+    ((level, message),) = roads(records)
+    assert level == "WARNING" and why in message, message
+
+
+def test_a_setup_says_once_which_road_and_again_when_it_changes(setup: TracingSetup) -> None:
+    with tracing_log() as records:
+        for _ in range(3):
+            assert isinstance(get_tracer(setup.tracer_provider), DirectTracer)
+        assert roads(records) == [DIRECT_LINE]
+        setup.tracer_provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
+        for _ in range(3):
+            assert not isinstance(get_tracer(setup.tracer_provider), DirectTracer)
+    assert [level for level, _ in roads(records)] == ["DEBUG", "WARNING"]
+    assert "a span processor of the program's own" in roads(records)[1][1]
