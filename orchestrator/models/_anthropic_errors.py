@@ -1,8 +1,8 @@
 """What a failed Anthropic call means: retry it, give it up, or stop the tree, and what to fix.
 
-:func:`_classify` reads an exception from the SDK or its HTTP library (imported when it runs:
-the SDK loads on the first call) into a provider-neutral :class:`~._retry._Failure`. The tables
-map HTTP statuses, and the ``error.type`` of an ``event: error`` mid-stream, to a kind; ``_FIXES``
+:func:`classify` reads an exception from the SDK or its HTTP library (imported when it runs:
+the SDK loads on the first call) into a provider-neutral :class:`~._retry.Failure`. The tables
+map HTTP statuses, and the ``error.type`` of an ``event: error`` mid-stream, to a kind; ``FIXES``
 says what the user can do about each kind.
 """
 
@@ -14,16 +14,16 @@ from types import MappingProxyType
 from typing import Final
 
 from ._retry import (
-    _BadResponse,
-    _Failure,
-    _one_line,
-    _overridden,
-    _retry_after,
-    _StreamFailed,
-    _transport_failure,
+    BadResponse,
+    Failure,
+    StreamFailed,
+    one_line,
+    overridden,
+    server_delay,
+    transport_failure,
 )
 
-_FIXES: Final[Mapping[str, str]] = MappingProxyType(
+FIXES: Final[Mapping[str, str]] = MappingProxyType(
     {
         "authentication": "check ANTHROPIC_API_KEY (the API rejected the key)",
         "permission": "the key may not use this model or workspace; check its permissions",
@@ -53,7 +53,7 @@ _STATUS_KINDS: Final[Mapping[int, tuple[str, bool, bool]]] = MappingProxyType(
     }
 )
 
-_STREAM_ERROR_KINDS: Final[Mapping[str, tuple[str, bool, bool]]] = MappingProxyType(
+STREAM_ERROR_KINDS: Final[Mapping[str, tuple[str, bool, bool]]] = MappingProxyType(
     {
         # error.type of an `event: error` in a 200 stream: (kind, retryable, fatal)
         "overloaded_error": ("overloaded", True, False),
@@ -78,24 +78,24 @@ _OVER_CAP: Final = re.compile(
 _TOO_LONG_SIGNS: Final = ("prompt is too long", "context window", "exceed context limit")
 
 
-def _classify(exc: Exception) -> _Failure | None:
+def classify(exc: Exception) -> Failure | None:
     """What a failed attempt means, or None for an exception that is not a provider failure."""
     import anthropic
 
-    if isinstance(exc, _StreamFailed):
+    if isinstance(exc, StreamFailed):
         return exc.failure
-    if isinstance(exc, _BadResponse):
-        return _Failure(exc.kind, _one_line(str(exc)), retryable=True)
+    if isinstance(exc, BadResponse):
+        return Failure(exc.kind, one_line(str(exc)), retryable=True)
     if isinstance(exc, anthropic.APIStatusError):
         status = exc.status_code
         etype = exc.type or ""
         message = exc.api_message or str(exc)
         where = f"HTTP {status}" if status != 200 else "mid-stream error event"
-        detail = _one_line(f"{where} {etype}: {message}".replace(" :", ":"))
+        detail = one_line(f"{where} {etype}: {message}".replace(" :", ":"))
         if exc.request_id:
             detail += f" [request-id {exc.request_id}]"
         if status == 200:
-            kind, retryable, fatal = _STREAM_ERROR_KINDS.get(
+            kind, retryable, fatal = STREAM_ERROR_KINDS.get(
                 etype, (etype or "api_error", False, False)
             )
         elif status == 400:
@@ -115,9 +115,9 @@ def _classify(exc: Exception) -> _Failure | None:
         else:
             kind, retryable, fatal = "api_error", False, False
         should = exc.response.headers.get("x-should-retry") if status != 200 else None
-        retryable = _overridden(should, retryable, fatal)
-        retry_after = _retry_after(exc.response.headers) if status != 200 else None
-        return _Failure(
+        retryable = overridden(should, retryable, fatal)
+        retry_after = server_delay(exc.response.headers) if status != 200 else None
+        return Failure(
             kind, detail, retryable, fatal, retry_after, rate_limited=kind == "rate_limit"
         )
-    return _transport_failure(exc, anthropic, anthropic.AnthropicError)
+    return transport_failure(exc, anthropic, anthropic.AnthropicError)

@@ -1,4 +1,4 @@
-"""Anthropic's list prices, and :class:`Price`, which turns a call's usage into USD.
+"""Anthropic's list prices (each a :class:`~._shared.Price`, which turns usage into USD).
 
 :data:`PRICES` is keyed by model-name prefix (the longest match wins); a model no prefix matches
 is priced at the highest known rate, so that a cost budget errs on the safe side. A table given
@@ -8,62 +8,10 @@ to ``AnthropicModel(prices=...)`` is searched first. Public as ``orchestrator.mo
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
 
-from ..core.messages import Usage
-
-
-@dataclass(frozen=True, slots=True)
-class Price:
-    """USD per million tokens: uncached input, output, 5-minute cache write, cache read.
-
-    ``long_context`` (with ``long_context_above``) is the rate of a request whose input, cache
-    included, is above that many tokens (Haiku 5.5 bills long prompts at a higher rate).
-    """
-
-    input: float
-    output: float
-    cache_write: float
-    cache_read: float
-    long_context_above: int | None = None
-    long_context: Price | None = None
-
-    @classmethod
-    def of(
-        cls,
-        input: float,
-        output: float,
-        *,
-        cache_write: float | None = None,
-        cache_read: float | None = None,
-    ) -> Price:
-        """A price from input and output rates; cache write defaults to 1.25x input, read 0.1x."""
-        return cls(
-            input,
-            output,
-            input * 1.25 if cache_write is None else cache_write,
-            input * 0.1 if cache_read is None else cache_read,
-        )
-
-    def cost(self, usage: Usage) -> float:
-        """USD for ``usage`` (whose ``input_tokens`` includes cache reads and writes)."""
-        price = self
-        if (
-            self.long_context is not None
-            and self.long_context_above is not None
-            and usage.input_tokens > self.long_context_above
-        ):
-            price = self.long_context
-        uncached = max(0, usage.input_tokens - usage.cache_read_tokens - usage.cache_write_tokens)
-        return (
-            uncached * price.input
-            + usage.cache_write_tokens * price.cache_write
-            + usage.cache_read_tokens * price.cache_read
-            + usage.output_tokens * price.output
-        ) / 1_000_000
-
+from ._shared import Price
 
 _FABLE_5_1 = Price(10.0, 50.0, 12.5, 0.25)
 PRICES: Final[Mapping[str, Price]] = MappingProxyType(

@@ -1,15 +1,15 @@
-"""Reading a Messages API stream: server-sent-event lines, their events, the assembled answer.
+"""Reading a Messages API stream: server-sent events and the answer assembled from them.
 
-:func:`sse_lines` splits the body into lines as SSE defines them, :func:`_read_sse` decodes the
-events, and :class:`_Assembler` builds the final blocks and usage from them while it forwards
-text deltas and tool-call starts to the run's events. A problem in the stream is remembered, not
-raised, so that the caller drains the stream to its end first. No SDK here: strings and dicts.
+:func:`read_sse` decodes the events from the body's lines (``_shared.sse_lines`` splits them as
+SSE defines them), and :class:`Assembler` builds the final blocks and usage from them while it
+forwards text deltas and tool-call starts to the run's events. A problem in the stream is
+remembered, not raised, so that the caller drains the stream to its end first. No SDK here:
+strings and dicts.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -21,11 +21,11 @@ from ..core.messages import (
     TextBlock,
     ThinkingBlock,
     ToolUseBlock,
-    is_text,
     well_formed,
 )
-from ._anthropic_errors import _STREAM_ERROR_KINDS
-from ._retry import _BadResponse, _Failure, _one_line
+from ._anthropic_errors import STREAM_ERROR_KINDS
+from ._retry import BadResponse, Failure, one_line
+from ._shared import unicode_only
 from .base import ModelContext
 
 # Stop reasons that may end the output in the middle of a tool call's JSON.
@@ -42,7 +42,7 @@ class _Partial:
     initial_input: Any = None
 
 
-class _Assembler:
+class Assembler:
     """Builds the final message from SSE events and forwards deltas to the run's events.
 
     Events are plain dicts as the API sends them (we read the SSE ourselves, see
@@ -54,7 +54,7 @@ class _Assembler:
     def __init__(self, ctx: ModelContext) -> None:
         self._ctx = ctx
         self._blocks: dict[int, _Partial] = {}
-        self.failure: _Failure | None = None
+        self.failure: Failure | None = None
         self.id = ""
         self.model = ""
         self.started = False
@@ -71,14 +71,14 @@ class _Assembler:
         try:
             payload = json.loads(data)
         except ValueError:
-            self.failure = _Failure(
+            self.failure = Failure(
                 "malformed_response",
-                _one_line(f"unreadable {name or 'stream'} event: {data[:80]}"),
+                one_line(f"unreadable {name or 'stream'} event: {data[:80]}"),
                 retryable=True,
             )
             return
         if not isinstance(payload, dict):
-            self.failure = _Failure(
+            self.failure = Failure(
                 "malformed_response", f"{name} event is not an object", retryable=True
             )
             return
@@ -87,18 +87,18 @@ class _Assembler:
             error = payload.get("error")
             error = error if isinstance(error, dict) else {}
             etype = str(error.get("type") or "api_error")
-            kind_, retryable, fatal = _STREAM_ERROR_KINDS.get(etype, (etype, False, False))
-            detail = _one_line(f"mid-stream {etype}: {error.get('message', '')}")
-            self.failure = _Failure(
+            kind_, retryable, fatal = STREAM_ERROR_KINDS.get(etype, (etype, False, False))
+            detail = one_line(f"mid-stream {etype}: {error.get('message', '')}")
+            self.failure = Failure(
                 kind_, detail, retryable, fatal, rate_limited=kind_ == "rate_limit"
             )
             return
         try:
             self._feed(str(kind), payload)
         # AttributeError: a field that should be an object is a string or a list
-        except (_BadResponse, AttributeError, KeyError, TypeError, ValueError) as exc:
-            self.failure = _Failure(
-                "malformed_response", _one_line(f"unexpected {kind} event: {exc}"), retryable=True
+        except (BadResponse, AttributeError, KeyError, TypeError, ValueError) as exc:
+            self.failure = Failure(
+                "malformed_response", one_line(f"unexpected {kind} event: {exc}"), retryable=True
             )
 
     def _usage(self, usage: Any) -> None:
@@ -122,7 +122,7 @@ class _Assembler:
             self._usage(message.get("usage"))
             return
         if not self.started:
-            raise _BadResponse(f"{kind} before message_start")
+            raise BadResponse(f"{kind} before message_start")
         if kind == "content_block_start":
             self._start(int(event["index"]), event["content_block"])
         elif kind == "content_block_delta":
@@ -149,7 +149,7 @@ class _Assembler:
                 initial_input=block.get("input"),
             )
             if not partial.id or not partial.name:
-                raise _BadResponse("tool_use block without id or name")
+                raise BadResponse("tool_use block without id or name")
             self._blocks[index] = partial
             self._ctx.on_tool_call_start(partial.id, partial.name)
         elif kind == "thinking":
@@ -182,11 +182,11 @@ class _Assembler:
             partial.signature += str(delta["signature"])
 
     def content(self) -> tuple[Block, ...]:
-        """The final blocks; raises ``_BadResponse`` for a stream that did not complete."""
+        """The final blocks; raises ``BadResponse`` for a stream that did not complete."""
         if not self.started:
-            raise _BadResponse("stream ended before message_start", kind="incomplete_response")
+            raise BadResponse("stream ended before message_start", kind="incomplete_response")
         if self.stop_reason is None:
-            raise _BadResponse("stream ended before the stop reason", kind="incomplete_response")
+            raise BadResponse("stream ended before the stop reason", kind="incomplete_response")
         blocks: list[Block] = []
         for index in sorted(self._blocks):
             partial = self._blocks[index]
@@ -206,7 +206,7 @@ class _Assembler:
                     ToolUseBlock(
                         well_formed(partial.id),
                         well_formed(partial.name),
-                        _unicode_only(self._tool_input(partial, joined)),
+                        unicode_only(self._tool_input(partial, joined)),
                     )
                 )
         return tuple(blocks)
@@ -225,52 +225,10 @@ class _Assembler:
             return value
         if self.stop_reason in _CUTTING_STOPS:
             return {}  # a tool call cut short: the loop retries, compacts or ends the agent
-        raise _BadResponse(f"tool_use {partial.name!r} input is not a JSON object")
+        raise BadResponse(f"tool_use {partial.name!r} input is not a JSON object")
 
 
-def _unicode_only(arguments: dict[str, Any]) -> dict[str, Any]:
-    """``arguments`` with any lone surrogate in its strings (keys too) replaced by U+FFFD."""
-    encoded = json.dumps(arguments, ensure_ascii=False)
-    if is_text(encoded):
-        return arguments
-    fixed: dict[str, Any] = json.loads(well_formed(encoded))
-    return fixed
-
-
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
-
-
-async def sse_lines(chunks: AsyncIterator[str]) -> AsyncIterator[str]:
-    """The lines of a text stream, ended by CR, LF or CRLF only, as server-sent events are.
-
-    Not ``aiter_lines()``: it splits like ``str.splitlines()``, also at U+2028, U+2029 and
-    U+0085, which JSON carries unescaped (text a model copied from a web page or a PDF): a
-    ``data:`` line was cut in two and every retry failed the same way. Each chunk is scanned
-    once, so a long line costs what it is long.
-    """
-    pieces: list[str] = []  # of the line not ended yet
-    after_cr = False  # the last chunk ended with CR: a LF opening the next one is part of it
-    async for chunk in chunks:
-        if after_cr and chunk[:1] == "\n":
-            chunk, after_cr = chunk[1:], False
-        if not chunk:
-            continue
-        after_cr = chunk.endswith("\r")
-        parts = _LINE_BREAK.split(chunk)
-        if len(parts) == 1:
-            pieces.append(chunk)
-            continue
-        pieces.append(parts[0])
-        yield "".join(pieces)
-        for line in parts[1:-1]:
-            yield line
-        pieces = [parts[-1]]
-    line = "".join(pieces)
-    if line:
-        yield line
-
-
-async def _read_sse(lines: AsyncIterator[str], assembler: _Assembler) -> None:
+async def read_sse(lines: AsyncIterator[str], assembler: Assembler) -> None:
     """Decode server-sent events from ``lines`` into ``assembler``, to the end of the stream."""
     name: str | None = None
     data: list[str] = []

@@ -1,10 +1,10 @@
 """What a failed Chat Completions call means: retry it, give it up, or stop the tree.
 
-:func:`_classify` reads an exception from the ``openai`` SDK or its HTTP library (imported when
-it runs: the SDK loads on the first call) into a provider-neutral :class:`~._retry._Failure`.
+:func:`classify` reads an exception from the ``openai`` SDK or its HTTP library (imported when
+it runs: the SDK loads on the first call) into a provider-neutral :class:`~._retry.Failure`.
 OpenAI-compatible servers word their errors in many ways (OpenAI's ``{"error": {...}}``,
 FastAPI's ``{"detail": ...}``, a proxy's HTML page), so the body is read loosely and the one-line
-detail says what came back. ``_FIXES`` says what the user can do about each kind.
+detail says what came back. ``FIXES`` says what the user can do about each kind.
 """
 
 from __future__ import annotations
@@ -16,16 +16,16 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from ._retry import (
-    _BadResponse,
-    _Failure,
-    _one_line,
-    _overridden,
-    _retry_after,
-    _StreamFailed,
-    _transport_failure,
+    BadResponse,
+    Failure,
+    StreamFailed,
+    one_line,
+    overridden,
+    server_delay,
+    transport_failure,
 )
 
-_FIXES: Final[Mapping[str, str]] = MappingProxyType(
+FIXES: Final[Mapping[str, str]] = MappingProxyType(
     {
         "authentication": "check {key_env} (the server rejected the key)",
         "permission": "the key may not use this model or project; check its permissions",
@@ -107,25 +107,25 @@ def _body_message(body: object, fallback: str) -> tuple[str, str]:
     return "", fallback
 
 
-def _classify(exc: Exception) -> _Failure | None:
+def classify(exc: Exception) -> Failure | None:
     """What a failed attempt means, or None for an exception that is not a provider failure."""
     import openai
 
-    if isinstance(exc, _StreamFailed):
+    if isinstance(exc, StreamFailed):
         return exc.failure
-    if isinstance(exc, _BadResponse):
+    if isinstance(exc, BadResponse):
         if exc.kind == "not_compatible":  # every agent on this base URL would get the same
-            return _Failure(exc.kind, _one_line(str(exc)), retryable=False, fatal=True)
+            return Failure(exc.kind, one_line(str(exc)), retryable=False, fatal=True)
         if exc.kind == "unknown_finish_reason":  # the agent ends with an error naming it
-            return _Failure(exc.kind, _one_line(str(exc)), retryable=False)
-        return _Failure(exc.kind, _one_line(str(exc)), retryable=True)
+            return Failure(exc.kind, one_line(str(exc)), retryable=False)
+        return Failure(exc.kind, one_line(str(exc)), retryable=True)
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         code, message = _body_message(exc.body, exc.message)
-        detail = _one_line(f"HTTP {status} {code}: {message}".replace(" :", ":"))
+        detail = one_line(f"HTTP {status} {code}: {message}".replace(" :", ":"))
         if exc.request_id:
             detail += f" [request-id {exc.request_id}]"
-        retry_after = _retry_after(exc.response.headers)
+        retry_after = server_delay(exc.response.headers)
         if status == 400 or status == 422:
             if _TOO_LONG.search(message) or _TOO_LONG.search(code):
                 kind, retryable, fatal = "context_exceeded", False, False
@@ -146,14 +146,14 @@ def _classify(exc: Exception) -> _Failure | None:
         else:
             kind, retryable, fatal = "api_error", False, False
         should = exc.response.headers.get("x-should-retry")
-        retryable = _overridden(should, retryable, fatal)
-        return _Failure(
+        retryable = overridden(should, retryable, fatal)
+        return Failure(
             kind, detail, retryable, fatal, retry_after, rate_limited=kind == "rate_limit"
         )
-    return _transport_failure(exc, openai, openai.OpenAIError)
+    return transport_failure(exc, openai, openai.OpenAIError)
 
 
-def _stream_error(payload: Mapping[str, Any]) -> _Failure:
+def stream_error(payload: Mapping[str, Any]) -> Failure:
     """An ``{"error": ...}`` object sent inside a 200 stream (OpenAI, vLLM and others do)."""
     error = payload.get("error")
     code, message = _body_message(error if error is not None else payload, "error")
@@ -170,5 +170,5 @@ def _stream_error(payload: Mapping[str, Any]) -> _Failure:
         kind, retryable = "invalid_request", False
     else:  # a server error in the middle of an answer: try again
         kind, retryable = "api_error", True
-    detail = _one_line(f"mid-stream error {code}: {message}".replace(" :", ":"))
-    return _Failure(kind, detail, retryable, rate_limited=kind == "rate_limit")
+    detail = one_line(f"mid-stream error {code}: {message}".replace(" :", ":"))
+    return Failure(kind, detail, retryable, rate_limited=kind == "rate_limit")

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final
 
-from ._anthropic_prices import Price
+from ._shared import Price
 
 
 def _rate(input: float, output: float, cached: float) -> Price:

@@ -2,7 +2,7 @@
 
 The transcript stays in the Anthropic shape; :func:`wire_messages` converts it to chat messages
 (the system prompt first, ``tool_use`` blocks as the assistant's ``tool_calls`` with their ids,
-each ``tool_result`` as a ``tool`` message, thinking left out), and :class:`_Assembler` builds
+each ``tool_result`` as a ``tool`` message, thinking left out), and :class:`Assembler` builds
 the answer's blocks from streamed chunks or from a whole completion, forwarding text deltas and
 tool-call starts to the run's events. A problem in the stream is remembered, not raised, so that
 the caller drains the stream to its end first. No SDK here: strings and dicts.
@@ -28,9 +28,9 @@ from ..core.messages import (
     is_blank,
     well_formed,
 )
-from ._anthropic_stream import _unicode_only
-from ._openai_errors import _stream_error
-from ._retry import _BadResponse, _Failure, _one_line, _StreamFailed
+from ._openai_errors import stream_error
+from ._retry import BadResponse, Failure, StreamFailed, one_line
+from ._shared import unicode_only
 from .base import ModelContext, ToolSpec
 
 FINISH_REASONS: Final[Mapping[str, str]] = {
@@ -147,7 +147,7 @@ class _Call:
     started: bool = False
 
 
-class _Assembler:
+class Assembler:
     """Builds the answer from streamed chunks (:meth:`chunk`) or a whole completion
     (:meth:`completion`), and forwards text deltas and tool-call starts to the run's events.
 
@@ -163,7 +163,7 @@ class _Assembler:
         self._thinking: list[str] = []
         self._refusal: list[str] = []
         self._calls: dict[int, _Call] = {}
-        self.failure: _Failure | None = None
+        self.failure: Failure | None = None
         self.events = 0
         self.done = False
         self.id = ""
@@ -183,22 +183,22 @@ class _Assembler:
         try:
             payload = json.loads(data)
         except ValueError:
-            self.failure = _Failure(
-                "malformed_response", _one_line(f"unreadable chunk: {data[:80]}"), retryable=True
+            self.failure = Failure(
+                "malformed_response", one_line(f"unreadable chunk: {data[:80]}"), retryable=True
             )
             return
         if not isinstance(payload, dict):
-            self.failure = _Failure("malformed_response", "a chunk is not an object", True)
+            self.failure = Failure("malformed_response", "a chunk is not an object", True)
             return
         if "error" in payload and not payload.get("choices"):
-            self.failure = _stream_error(payload)
+            self.failure = stream_error(payload)
             return
         try:
             self.chunk(payload)
         # AttributeError: a field that should be an object is a string or a list
-        except (_BadResponse, AttributeError, KeyError, TypeError, ValueError) as exc:
-            self.failure = _Failure(
-                "malformed_response", _one_line(f"unexpected chunk: {exc}"), retryable=True
+        except (BadResponse, AttributeError, KeyError, TypeError, ValueError) as exc:
+            self.failure = Failure(
+                "malformed_response", one_line(f"unexpected chunk: {exc}"), retryable=True
             )
 
     def chunk(self, payload: Mapping[str, Any]) -> None:
@@ -257,12 +257,12 @@ class _Assembler:
     def completion(self, body: Any) -> None:
         """A non-streamed answer (the parsed JSON body)."""
         if not isinstance(body, dict):
-            raise _BadResponse("the answer is not a JSON object")
+            raise BadResponse("the answer is not a JSON object")
         if "error" in body and not body.get("choices"):
-            raise _StreamFailed(_stream_error(body))
+            raise StreamFailed(stream_error(body))
         choices = body.get("choices")
         if not isinstance(choices, list) or not choices:
-            raise _BadResponse("the answer has no choices")
+            raise BadResponse("the answer has no choices")
         self._head(body)
         choice = choices[0]
         message = choice.get("message") or {}
@@ -291,11 +291,11 @@ class _Assembler:
         )
 
     def content(self) -> tuple[Block, ...]:
-        """The answer's blocks; raises ``_BadResponse`` for a stream that did not complete."""
+        """The answer's blocks; raises ``BadResponse`` for a stream that did not complete."""
         if self.finish_reason is None:
             if not self.events:
-                raise _BadResponse("the stream ended before any chunk", kind="incomplete_response")
-            raise _BadResponse(
+                raise BadResponse("the stream ended before any chunk", kind="incomplete_response")
+            raise BadResponse(
                 "the stream ended before the finish reason", kind="incomplete_response"
             )
         blocks: list[Block] = []
@@ -311,7 +311,7 @@ class _Assembler:
         for index in sorted(self._calls):
             call = self._calls[index]
             if not call.name:
-                raise _BadResponse(f"tool call {index} has no function name")
+                raise BadResponse(f"tool call {index} has no function name")
             blocks.append(
                 ToolUseBlock(
                     well_formed(call.id or _new_call_id()),
@@ -338,7 +338,7 @@ class _Assembler:
                 problem = f"{exc.msg.removesuffix(' at')} at character {exc.pos}"
             return self._invalid(name, f"the arguments were not valid JSON ({problem})", raw)
         if isinstance(value, dict):
-            return _unicode_only(value)
+            return unicode_only(value)
         what = f"the arguments were a JSON {type(value).__name__}, not an object"
         return self._invalid(name, what, raw)
 
@@ -366,7 +366,7 @@ def _new_call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
 
 
-async def read_sse(lines: AsyncIterator[str], assembler: _Assembler) -> None:
+async def read_sse(lines: AsyncIterator[str], assembler: Assembler) -> None:
     """Feed the ``data:`` payloads of server-sent events from ``lines`` to ``assembler``, to the
     end of the stream (event names and comments are not used by Chat Completions)."""
     data: list[str] = []

@@ -1,8 +1,8 @@
 """What every provider's retry loop shares: the failure record, backoff, the retry-after gate.
 
-An adapter reads a failed attempt into a :class:`_Failure` (retry or not, fatal or not, the
-server's delay from :func:`_retry_after`); its loop waits that delay or :func:`_backoff`, and a
-rate-limited failure closes the :class:`_Gate` held next to the client, so that every request on
+An adapter reads a failed attempt into a :class:`Failure` (retry or not, fatal or not, the
+server's delay from :func:`server_delay`); its loop waits that delay or :func:`backoff`, and a
+rate-limited failure closes the :class:`Gate` held next to the client, so that every request on
 the client waits, not only the one that was refused. No provider SDK here.
 """
 
@@ -28,7 +28,7 @@ _DETAIL_MAX_CHARS: Final = 300
 
 
 @dataclass(frozen=True, slots=True)
-class _Failure:
+class Failure:
     """What a failed attempt means to the retry loop (``detail`` is one line, for the error)."""
 
     kind: str
@@ -39,15 +39,15 @@ class _Failure:
     rate_limited: bool = False
 
 
-class _StreamFailed(Exception):
+class StreamFailed(Exception):
     """A failure found while reading the stream (carried to the retry loop)."""
 
-    def __init__(self, failure: _Failure) -> None:
+    def __init__(self, failure: Failure) -> None:
         super().__init__(failure.detail)
         self.failure = failure
 
 
-class _BadResponse(Exception):
+class BadResponse(Exception):
     """The response could not be read as the API's answer (retried like a server error)."""
 
     def __init__(self, detail: str, kind: str = "malformed_response") -> None:
@@ -57,14 +57,14 @@ class _BadResponse(Exception):
         """Set for a complete answer that could not be used: the API billed it all the same."""
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
     text = " ".join(text.split())
     if len(text) > _DETAIL_MAX_CHARS:
         text = text[: _DETAIL_MAX_CHARS - 3] + "..."
     return text
 
 
-def _overridden(should_retry: str | None, retryable: bool, fatal: bool) -> bool:
+def overridden(should_retry: str | None, retryable: bool, fatal: bool) -> bool:
     """``retryable`` as a server's ``x-should-retry`` header overrides it (both official SDKs'
     servers send it); a fatal error is never retried."""
     if should_retry == "true" and not fatal:
@@ -74,7 +74,7 @@ def _overridden(should_retry: str | None, retryable: bool, fatal: bool) -> bool:
     return retryable
 
 
-def _transport_failure(exc: Exception, sdk: Any, sdk_error: type[Exception]) -> _Failure | None:
+def transport_failure(exc: Exception, sdk: Any, sdk_error: type[Exception]) -> Failure | None:
     """What the failures both official SDKs raise alike mean (their timeout, connection and
     response-validation errors, the HTTP library's errors mid-stream, any other error of the
     SDK); ``None`` for an exception that is none of those. ``sdk`` is the SDK's module (its
@@ -82,27 +82,27 @@ def _transport_failure(exc: Exception, sdk: Any, sdk_error: type[Exception]) -> 
     import httpx2
 
     if isinstance(exc, sdk.APITimeoutError):
-        return _Failure("timeout", "request timed out", retryable=True)
+        return Failure("timeout", "request timed out", retryable=True)
     if isinstance(exc, sdk.APIConnectionError):
         cause = exc.__cause__
         reason = f": {type(cause).__name__}: {cause}" if cause is not None else ""
-        return _Failure("connection", _one_line(f"connection error{reason}"), retryable=True)
+        return Failure("connection", one_line(f"connection error{reason}"), retryable=True)
     if isinstance(exc, httpx2.TimeoutException):
-        return _Failure("timeout", "stream timed out", retryable=True)
+        return Failure("timeout", "stream timed out", retryable=True)
     if isinstance(exc, httpx2.RequestError):  # raised by the stream after the headers arrived
-        return _Failure(
-            "connection", _one_line(f"stream broken: {type(exc).__name__}: {exc}"), retryable=True
+        return Failure(
+            "connection", one_line(f"stream broken: {type(exc).__name__}: {exc}"), retryable=True
         )
     if isinstance(exc, sdk.APIResponseValidationError | json.JSONDecodeError):
-        return _Failure(
-            "malformed_response", _one_line(f"unreadable response: {exc}"), retryable=True
+        return Failure(
+            "malformed_response", one_line(f"unreadable response: {exc}"), retryable=True
         )
     if isinstance(exc, sdk_error):
-        return _Failure("client_error", _one_line(f"{type(exc).__name__}: {exc}"), retryable=False)
+        return Failure("client_error", one_line(f"{type(exc).__name__}: {exc}"), retryable=False)
     return None
 
 
-def _backoff(attempts: int) -> float:
+def backoff(attempts: int) -> float:
     """Seconds to wait after failed attempt number ``attempts`` (from 1): exponential, capped,
     less up to 25% random jitter."""
     delay: float = min(_BACKOFF_MAX, _BACKOFF_INITIAL * 2 ** (attempts - 1))
@@ -110,7 +110,7 @@ def _backoff(attempts: int) -> float:
     return delay
 
 
-def _retry_after(headers: Mapping[str, str]) -> float | None:
+def server_delay(headers: Mapping[str, str]) -> float | None:
     """Seconds from ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP date), if any.
 
     Only a positive, finite delay counts: ``0``, a negative or NaN value, or a date already
@@ -135,7 +135,7 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
 
 
 @dataclass(slots=True)
-class _Gate:
+class Gate:
     """Held closed after a 429 until its retry-after has passed; every request waits on it."""
 
     open_at: float = float("-inf")

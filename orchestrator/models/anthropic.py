@@ -6,18 +6,15 @@ first call imports it, in a worker thread). A call asks the run's
 the run's agents with one retry-after gate and closed by the run (the SDK's own cleanup works on
 asyncio only); builds the parameters, cache breakpoints on a byte-stable prefix included; streams
 the answer (``_anthropic_stream``); and retries what ``_anthropic_errors`` says is retryable, with
-``_retry``'s backoff and gate. Prices are in ``_anthropic_prices``. See docs/anthropic.md.
+``_retry``'s backoff and gate. Prices are in ``_anthropic_prices``; what the OpenAI adapter uses
+too (the TLS context, the SSE lines, :class:`Price`) in ``_shared``. See docs/anthropic.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import hashlib
-import importlib
 import os
 import re
-import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -30,18 +27,17 @@ from ..core.errors import ConfigurationError, ModelError
 from ..core.messages import Message, TextBlock, Usage, is_blank, message_to_wire
 from ..core.redact import REDACTED, redact
 from ..tracing import spans
-from ._anthropic_errors import _FIXES, _classify
+from ._anthropic_errors import FIXES, classify
 from ._anthropic_prices import PRICES as PRICES
-from ._anthropic_prices import Price as Price
 from ._anthropic_prices import price_for as price_for
-from ._anthropic_stream import _Assembler, _read_sse
-from ._anthropic_stream import sse_lines as sse_lines
-from ._retry import _backoff, _BadResponse, _Failure, _Gate, _one_line, _StreamFailed
+from ._anthropic_stream import Assembler, read_sse
+from ._retry import BadResponse, Failure, Gate, StreamFailed, backoff, one_line
+from ._shared import Price as Price
+from ._shared import fingerprint, import_sdk, positive, tls_context
+from ._shared import sse_lines as sse_lines
 from .base import ModelContext, ModelRequest, ModelResponse
 
 if TYPE_CHECKING:
-    import ssl
-
     from anthropic import AsyncAnthropic
 
 __all__ = [
@@ -76,28 +72,16 @@ _EPHEMERAL: Final[Mapping[str, str]] = MappingProxyType({"type": "ephemeral"})
 @dataclass(frozen=True, slots=True)
 class _Client:
     sdk: AsyncAnthropic
-    gate: _Gate = field(default_factory=_Gate)
-
-
-async def _sdk() -> Any:
-    """The ``anthropic`` module. Its first import is long CPU work: done on the event loop, it
-    froze every agent, the run's deadline and ``cancel()`` behind the first call, so it runs in
-    a worker thread (abandoned if the run is cut; the import finishes on its own)."""
-    module = sys.modules.get("anthropic")
-    if module is None:
-        module = await trio.to_thread.run_sync(
-            importlib.import_module, "anthropic", abandon_on_cancel=True
-        )
-    return module
+    gate: Gate = field(default_factory=Gate)
 
 
 @asynccontextmanager
 async def _open_client(api_key: str, base_url: str) -> AsyncIterator[_Client]:
-    anthropic = await _sdk()
+    anthropic: Any = await import_sdk("anthropic")
 
     # the SDK's own HTTP client (same defaults), with the process's one TLS context
     http = anthropic.DefaultAsyncHttpxClient(
-        verify=_tls_context(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+        verify=tls_context(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
     )
     try:
         sdk = anthropic.AsyncAnthropic(
@@ -120,32 +104,8 @@ async def _open_client(api_key: str, base_url: str) -> AsyncIterator[_Client]:
             await sdk.close()
 
 
-@functools.lru_cache(maxsize=4)
-def _tls_context(cert_file: str | None, cert_dir: str | None) -> ssl.SSLContext:
-    """The TLS context every client of this process uses, built as the SDK would build it.
-
-    Loading the CA bundle is most of what opening an SDK client costs, and every run opens its
-    own clients: a server or a script making many runs paid it each time. An ``ssl.SSLContext``
-    is safe to share. Keyed by the variables that choose the CA bundle, so changing them still
-    takes effect; a bundle replaced in place (the same path) is read again only by a new process.
-    """
-    import httpx2  # the SDK's HTTP library (imported by it anyway)
-
-    del cert_file, cert_dir  # only the cache key: httpx2 reads them from the environment
-    return httpx2.create_ssl_context()
-
-
-def _fingerprint(api_key: str) -> str:
-    return hashlib.sha256(api_key.encode()).hexdigest()[:16]
-
-
 # --------------------------------------------------------------------------------------------
 # Settings
-
-
-def _positive(value: object) -> bool:
-    """A number of seconds above zero (not a bool, not NaN; infinity allowed)."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
 
 
 def _fatal_configuration(message: str) -> ModelError:
@@ -198,9 +158,9 @@ class AnthropicModel:
             raise ConfigurationError("AnthropicModel needs a model name, e.g. 'claude-sonnet-5-5'")
         if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
             raise ConfigurationError(f"max_retries must be an integer >= 0, got {max_retries!r}")
-        if timeout is not None and not _positive(timeout):
+        if timeout is not None and not positive(timeout):
             raise ConfigurationError(f"timeout must be a number of seconds > 0, got {timeout!r}")
-        if not (_positive(max_retry_after) or max_retry_after == 0):
+        if not (positive(max_retry_after) or max_retry_after == 0):
             raise ConfigurationError(
                 f"max_retry_after must be a number of seconds >= 0, got {max_retry_after!r}"
             )
@@ -290,7 +250,7 @@ class AnthropicModel:
         api_key, base_url = self._credentials()
         factory: Callable[[], Any] = lambda: _open_client(api_key, base_url)  # noqa: E731
         client = cast(
-            _Client, await ctx.clients.get(("anthropic", base_url, _fingerprint(api_key)), factory)
+            _Client, await ctx.clients.get(("anthropic", base_url, fingerprint(api_key)), factory)
         )
         params = self.request_params(request)
         attempts = 0
@@ -301,7 +261,7 @@ class AnthropicModel:
             try:
                 response = await self._attempt(client.sdk, params, ctx)
             except Exception as exc:
-                failure = _classify(exc)
+                failure = classify(exc)
                 if failure is None:
                     raise
                 billed = getattr(exc, "usage", None)
@@ -315,7 +275,7 @@ class AnthropicModel:
             if delay is not None:
                 delay = min(delay, self._max_retry_after)
             if not delay:
-                delay = _backoff(attempts)
+                delay = backoff(attempts)
             if failure.rate_limited:
                 # Every request on this client waits, even if this one gives up now.
                 client.gate.close_for(delay)
@@ -347,16 +307,16 @@ class AnthropicModel:
         # mid-stream overloaded_error) or bad JSON and leaves them to the garbage collector (trio
         # warns). Reading ourselves, a bad stream is remembered and drained to its end, so every
         # generator finishes; and we keep the raw event dicts.
-        assembler = _Assembler(ctx)
+        assembler = Assembler(ctx)
         try:
-            await _read_sse(sse_lines(stream.response.aiter_text()), assembler)
+            await read_sse(sse_lines(stream.response.aiter_text()), assembler)
         finally:
             # Closing does not wait on the peer; shield it so a cancelled call still releases
             # (rather than leaks) its connection and the client stays usable.
             with trio.move_on_after(5, shield=True):
                 await stream.close()
         if assembler.failure is not None:
-            raise _StreamFailed(assembler.failure)
+            raise StreamFailed(assembler.failure)
         usage = Usage(
             input_tokens=assembler.input_tokens
             + assembler.cache_write_tokens
@@ -369,7 +329,7 @@ class AnthropicModel:
         usage = dataclasses.replace(usage, cost_usd=self.cost(usage))
         try:
             content = assembler.content()
-        except _BadResponse as exc:
+        except BadResponse as exc:
             if assembler.stop_reason is not None:  # a whole answer (bad tool JSON): billed
                 exc.usage = usage
             raise
@@ -382,15 +342,15 @@ class AnthropicModel:
         )
 
     def _error(
-        self, failure: _Failure, attempts: int, api_key: str, spent: Usage | None = None
+        self, failure: Failure, attempts: int, api_key: str, spent: Usage | None = None
     ) -> ModelError:
         what = failure.kind.replace("_", " ")
         tries = f" after {attempts} attempts" if failure.retryable and attempts > 1 else ""
         message = f"anthropic {self._model}: {what}{tries} ({failure.detail})"
-        fix = _FIXES.get(failure.kind)
+        fix = FIXES.get(failure.kind)
         if fix:
             message += "; " + fix.format(models=", ".join(CURRENT_MODELS))
-        message = redact(_one_line(message).replace(api_key, REDACTED))
+        message = redact(one_line(message).replace(api_key, REDACTED))
         return ModelError.from_kind(message, fatal=failure.fatal, kind=failure.kind, usage=spent)
 
 

@@ -15,12 +15,10 @@ call tools (llama.cpp's) is asked without streaming from then on, a model that r
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import logging
 import os
 import re
-import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -33,23 +31,22 @@ from ..core.errors import ConfigurationError, ModelError
 from ..core.messages import ToolUseBlock, Usage
 from ..core.redact import REDACTED, redact
 from ..tracing import spans
-from ._anthropic_prices import Price as Price
-from ._anthropic_stream import sse_lines
-from ._openai_errors import _FIXES, _classify
+from ._openai_errors import FIXES, classify
 from ._openai_prices import FREE as FREE
 from ._openai_prices import PRICES as PRICES
 from ._openai_prices import price_for as price_for
 from ._openai_stream import (
     FINISH_REASONS,
     INVALID_JSON_KEY,
-    _Assembler,
+    Assembler,
     estimate_tokens,
     read_sse,
     wire_messages,
     wire_tools,
 )
-from ._retry import _backoff, _BadResponse, _Failure, _Gate, _one_line, _StreamFailed
-from .anthropic import _fingerprint, _positive, _tls_context
+from ._retry import BadResponse, Failure, Gate, StreamFailed, backoff, one_line
+from ._shared import Price as Price
+from ._shared import fingerprint, import_sdk, positive, sse_lines, tls_context
 from .base import ModelContext, ModelRequest, ModelResponse
 
 if TYPE_CHECKING:
@@ -116,29 +113,18 @@ _OLLAMA: Final = _Endpoint("ollama", None, "OLLAMA_HOST", OLLAMA_BASE_URL, host_
 @dataclass(slots=True)
 class _Client:
     sdk: AsyncOpenAI
-    gate: _Gate = field(default_factory=_Gate)
+    gate: Gate = field(default_factory=Gate)
     stream_tools: bool = True
     """Whether the server streams answers that may call tools (learned: llama.cpp's does not)."""
     completion_tokens: set[str] = field(default_factory=set)
     """Models that refused ``max_tokens`` here (they get ``max_completion_tokens``)."""
 
 
-async def _sdk() -> Any:
-    """The ``openai`` module, imported in a worker thread on first use (a long import on the
-    event loop would freeze every agent, the deadline and ``cancel()`` behind the first call)."""
-    module = sys.modules.get("openai")
-    if module is None:
-        module = await trio.to_thread.run_sync(
-            importlib.import_module, "openai", abandon_on_cancel=True
-        )
-    return module
-
-
 @asynccontextmanager
 async def _open_client(api_key: str, base_url: str) -> AsyncIterator[_Client]:
-    openai = await _sdk()
+    openai: Any = await import_sdk("openai")
     http = openai.DefaultAsyncHttpxClient(
-        verify=_tls_context(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+        verify=tls_context(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
     )
     try:
         # SDK retries off: ours let a 429's retry-after hold back every sibling. The SDK sends
@@ -239,9 +225,9 @@ class OpenAIModel:
             raise ConfigurationError("OpenAIModel needs a model name, e.g. 'gpt-4.1-mini'")
         if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
             raise ConfigurationError(f"max_retries must be an integer >= 0, got {max_retries!r}")
-        if timeout is not None and not _positive(timeout):
+        if timeout is not None and not positive(timeout):
             raise ConfigurationError(f"timeout must be a number of seconds > 0, got {timeout!r}")
-        if not (_positive(max_retry_after) or max_retry_after == 0):
+        if not (positive(max_retry_after) or max_retry_after == 0):
             raise ConfigurationError(
                 f"max_retry_after must be a number of seconds >= 0, got {max_retry_after!r}"
             )
@@ -401,7 +387,7 @@ class OpenAIModel:
         factory: Callable[[], Any] = lambda: _open_client(api_key, base_url)  # noqa: E731
         client = cast(
             _Client,
-            await ctx.clients.get((self._provider, base_url, _fingerprint(api_key)), factory),
+            await ctx.clients.get((self._provider, base_url, fingerprint(api_key)), factory),
         )
         attempts = 0
         spent: Usage | None = None  # answers billed but not usable (retried): counted too
@@ -417,7 +403,7 @@ class OpenAIModel:
             try:
                 response = await self._attempt(client.sdk, params, request, ctx)
             except Exception as exc:
-                failure = _classify(exc)
+                failure = classify(exc)
                 if failure is None:
                     raise
                 refused_streaming = bool(stream and request.tools and _refused_streaming(exc))
@@ -452,7 +438,7 @@ class OpenAIModel:
             if delay is not None:
                 delay = min(delay, self._max_retry_after)
             if not delay:
-                delay = _backoff(attempts)
+                delay = backoff(attempts)
             if failure.rate_limited:
                 client.gate.close_for(delay)  # every request on this client waits
             if not failure.retryable or attempts > self._max_retries:
@@ -470,7 +456,7 @@ class OpenAIModel:
         if self._timeout is not None:
             timeout = openai.Timeout(self._timeout, connect=min(5.0, self._timeout))
         streamed = bool(params.get("stream"))
-        assembler = _Assembler(ctx, request.tools)
+        assembler = Assembler(ctx, request.tools)
         # The raw body, read by us: the SDK's stream parser leaves nested async generators to
         # the garbage collector under trio (warnings), and we keep the raw chunks.
         #
@@ -488,7 +474,7 @@ class OpenAIModel:
             try:
                 kind = raw.headers.get("content-type", "").lower()
                 if "html" in kind:
-                    raise _BadResponse(
+                    raise BadResponse(
                         f"the server answered with an HTML page ({kind}), not an OpenAI-compatible "
                         "answer",
                         kind="not_compatible",
@@ -504,8 +490,8 @@ class OpenAIModel:
                     try:
                         decoded = json.loads(body)
                     except ValueError:
-                        raise _BadResponse(
-                            _one_line(f"the answer is not JSON: {body[:80]!r}")
+                        raise BadResponse(
+                            one_line(f"the answer is not JSON: {body[:80]!r}")
                         ) from None
                     assembler.completion(decoded)
             finally:
@@ -514,7 +500,7 @@ class OpenAIModel:
                 with trio.move_on_after(5, shield=True):
                     await raw.close()
         if assembler.failure is not None:
-            raise _StreamFailed(assembler.failure)
+            raise StreamFailed(assembler.failure)
         content = assembler.content()  # raises for an answer that did not complete
         usage = self._usage(assembler, params)
         reason = cast(str, assembler.finish_reason)
@@ -526,7 +512,7 @@ class OpenAIModel:
         elif reason in FINISH_REASONS:
             stop = FINISH_REASONS[reason]
         else:
-            error = _BadResponse(
+            error = BadResponse(
                 f"unknown finish_reason {reason!r} (known: {', '.join(FINISH_REASONS)})",
                 kind="unknown_finish_reason",
             )
@@ -536,7 +522,7 @@ class OpenAIModel:
             content, stop, usage, assembler.model or self._model, assembler.id, reason
         )
 
-    def _usage(self, assembler: _Assembler, params: Mapping[str, Any]) -> Usage:
+    def _usage(self, assembler: Assembler, params: Mapping[str, Any]) -> Usage:
         """The call's usage as the server reported it, or estimated (llama.cpp's server reports
         none when streaming): input from the request's size, output from the answer's."""
         reported = assembler.usage
@@ -564,7 +550,7 @@ class OpenAIModel:
 
     def _error(
         self,
-        failure: _Failure,
+        failure: Failure,
         attempts: int,
         api_key: str,
         base_url: str,
@@ -573,12 +559,12 @@ class OpenAIModel:
         what = failure.kind.replace("_", " ")
         tries = f" after {attempts} attempts" if failure.retryable and attempts > 1 else ""
         message = f"{self._provider} {self._model}: {what}{tries} ({failure.detail})"
-        fix = _FIXES.get(failure.kind)
+        fix = FIXES.get(failure.kind)
         if fix:
             message += "; " + fix.format(
                 key_env=self._endpoint.key_env or "the key", base_url=base_url
             )
-        message = _one_line(message)
+        message = one_line(message)
         if api_key != _NO_KEY:
             message = message.replace(api_key, REDACTED)
         return ModelError.from_kind(
@@ -591,7 +577,7 @@ def _refused_streaming(exc: Exception) -> bool:
     connection dropped before the first chunk, or an error that speaks of streaming."""
     if getattr(exc, "before_first_chunk", False):
         return True
-    if isinstance(exc, _BadResponse) and exc.kind == "incomplete_response":
+    if isinstance(exc, BadResponse) and exc.kind == "incomplete_response":
         return "before any chunk" in str(exc)
     import openai
 
