@@ -248,9 +248,8 @@ class AnthropicModel:
 
     async def request(self, request: ModelRequest, ctx: ModelContext) -> ModelResponse:
         api_key, base_url = self._credentials()
-        factory: Callable[[], Any] = lambda: _open_client(api_key, base_url)  # noqa: E731
-        client = cast(
-            _Client, await ctx.clients.get(("anthropic", base_url, fingerprint(api_key)), factory)
+        client = await ctx.clients.get(
+            ("anthropic", base_url, fingerprint(api_key)), lambda: _open_client(api_key, base_url)
         )
         params = self.request_params(request)
         attempts = 0

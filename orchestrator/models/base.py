@@ -9,10 +9,10 @@ client when it ends (explicitly: the anthropic SDK's automatic cleanup only runs
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
-from contextlib import AsyncExitStack
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, field
 from importlib import import_module
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import trio
 
@@ -96,11 +96,16 @@ class ModelResponse:
     (Chat Completions' ``stop``, ``tool_calls`` ...): for ``gen_ai.response.finish_reasons``."""
 
 
+_ClientT = TypeVar("_ClientT")
+
+
 class ClientPool:
     """Clients shared by every agent of one run, closed when the run ends.
 
     ``get(key, factory)`` returns the client for ``key``, creating it on first use; ``factory``
-    returns an async context manager whose value is the client.
+    returns an async context manager whose value is the client. The client's type is the
+    factory's (``get`` is generic in it), so an adapter gets its own client class back, as long
+    as each key is only ever given factories of one type (adapters put their provider in it).
     """
 
     def __init__(self, stack: AsyncExitStack) -> None:
@@ -108,13 +113,15 @@ class ClientPool:
         self._clients: dict[Hashable, Any] = {}
         self._locks: dict[Hashable, trio.Lock] = {}
 
-    async def get(self, key: Hashable, factory: Callable[[], Any]) -> Any:
+    async def get(
+        self, key: Hashable, factory: Callable[[], AbstractAsyncContextManager[_ClientT]]
+    ) -> _ClientT:
         """The shared client for ``key`` (created and registered for closing on first use).
 
         A lock per key makes concurrent first requests share one client (and so one
         rate-limit gate) even if opening a client ever awaits.
         """
-        client = self._clients.get(key)
+        client: _ClientT | None = self._clients.get(key)
         if client is not None:
             return client
         lock = self._locks.setdefault(key, trio.Lock())

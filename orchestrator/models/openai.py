@@ -384,10 +384,9 @@ class OpenAIModel:
 
     async def request(self, request: ModelRequest, ctx: ModelContext) -> ModelResponse:
         api_key, base_url = self._credentials()
-        factory: Callable[[], Any] = lambda: _open_client(api_key, base_url)  # noqa: E731
-        client = cast(
-            _Client,
-            await ctx.clients.get((self._provider, base_url, fingerprint(api_key)), factory),
+        client = await ctx.clients.get(
+            (self._provider, base_url, fingerprint(api_key)),
+            lambda: _open_client(api_key, base_url),
         )
         attempts = 0
         spent: Usage | None = None  # answers billed but not usable (retried): counted too
