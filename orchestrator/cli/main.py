@@ -1,8 +1,9 @@
 """The ``orchestrator`` command: run agent trees defined in Python, and look at their traces.
 
-This module holds the parser, the exit codes and :func:`main`, which keeps a failing stderr from
-ending the run; the subcommands are :mod:`.run` and :mod:`.trace`, each imported only when it
-runs (they import this module's exit codes and stream helpers).
+This module holds the parser and :func:`main`, which keeps a failing stderr from ending the run;
+the subcommands are :mod:`.run` and :mod:`.trace`, each imported only when it runs. What they
+share with this module (the exit codes, the usage error, the stream helpers) is in
+:mod:`._common`, so no command imports this one.
 
 Exit codes: 0 completed; 1 error; 2 bad usage or input (file, name, tree); 3 max_turns;
 4 timeout; 5 budget_exceeded; 6 repeat_guard; 7 error_threshold; 8 refusal;
@@ -16,54 +17,19 @@ import contextlib
 import errno
 import logging
 import os
-import re
 import sys
 import traceback
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from .. import __version__
-from ..core.result import RunStatus
 from ..core.terminal import terminal_safe
+from ._common import DEFAULT_RUNS_DIR, EXIT_CODES, EXIT_USAGE, UsageError, to_devnull
 
 if TYPE_CHECKING:
     from _typeshed import SupportsWrite
 
 __all__ = ["EXIT_CODES", "main"]
-
-EXIT_CODES: dict[RunStatus, int] = {
-    RunStatus.COMPLETED: 0,
-    RunStatus.ERROR: 1,
-    RunStatus.MAX_TURNS: 3,
-    RunStatus.TIMEOUT: 4,
-    RunStatus.BUDGET_EXCEEDED: 5,
-    RunStatus.REPEAT_GUARD: 6,
-    RunStatus.ERROR_THRESHOLD: 7,
-    RunStatus.REFUSAL: 8,
-    RunStatus.CONTEXT_EXCEEDED: 9,
-    RunStatus.CANCELLED: 130,
-}
-EXIT_USAGE = 2
-DEFAULT_RUNS_DIR = Path("runs")
-
-
-class UsageError(Exception):
-    """A problem with the command line or the file it names: one line, exit code 2."""
-
-
-def _to_devnull(stream: TextIO) -> None:
-    """Point ``stream``'s file descriptor at the null device: later writes and flushes (the
-    interpreter's at exit included: exit code 120 if that one fails) go nowhere."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, stream.fileno())
-    finally:
-        os.close(devnull)
-
-
-def _stdout_to_devnull() -> None:
-    _to_devnull(sys.stdout)
 
 
 class _Diagnostics:
@@ -99,7 +65,7 @@ class _Diagnostics:
 
     def _silence(self) -> None:
         with contextlib.suppress(OSError, ValueError):  # (a closed stream has no fd left)
-            _to_devnull(self._stream)
+            to_devnull(self._stream)
         self._stream = self._null()
 
     def _null(self) -> TextIO:
@@ -115,16 +81,6 @@ class _Diagnostics:
 
     def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding, ... as the stream's
         return getattr(self._stream, name)
-
-
-_USERINFO = re.compile(r"(?<=://)[^\s/@]+@")
-
-
-def without_userinfo(text: str) -> str:
-    """``text`` (a URL, or a message quoting URLs) with the user and password a URL may hold
-    (``https://user:token@host``) shown as ``***``: :func:`~orchestrator.core.redact.redact`
-    knows only the environment's secrets and key-shaped tokens."""
-    return _USERINFO.sub("***@", text) if "@" in text else text
 
 
 class _Parser(argparse.ArgumentParser):
@@ -322,8 +278,8 @@ def _add_trace_commands(trace: argparse.ArgumentParser) -> None:
 
 
 def _command(name: str) -> Callable[[argparse.Namespace], int]:
-    """The subcommand's entry point, imported only when it runs (``run`` needs no trace reader),
-    and here rather than on top since both modules import this one."""
+    """The subcommand's entry point, imported only when it runs (``run`` needs no trace reader,
+    ``--help`` neither)."""
     if name == "run":
         from .run import cmd_run
 
@@ -347,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     (``--corpus``), the global tracer provider (a run's spans go through a provider of its
     own), and ``sys.modules`` as to the tree files it loaded (:func:`_tree_modules_unloaded`).
     Not restored: a stdout or stderr whose reader went away, whose file descriptor points at
-    the null device from then on (see :func:`_to_devnull`).
+    the null device from then on (see :func:`._common.to_devnull`).
     """
     try:
         args = build_parser().parse_args(argv)

@@ -34,7 +34,7 @@ from ..core.limits import Limits
 from ..core.redact import redact, secret_values
 from ..core.result import RunResult, RunStatus
 from ..core.terminal import terminal_safe
-from .main import EXIT_CODES, UsageError, _stdout_to_devnull, without_userinfo
+from ._common import EXIT_CODES, UsageError, stdout_to_devnull, without_userinfo
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -680,7 +680,7 @@ def _write_stdout(text: str) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
     except BrokenPipeError:
-        _stdout_to_devnull()  # later flushes (at exit too) must not raise again
+        stdout_to_devnull()  # later flushes (at exit too) must not raise again
     except (OSError, ValueError):  # closed or unusable: nothing more to do with it
         pass
 

@@ -24,7 +24,7 @@ from ..tracing.tracefiles import (
     resolve_run,
 )
 from ..tracing.view import _STATUS_STYLES, _fmt_duration, find_span, render_span, render_trace
-from .main import _stdout_to_devnull, without_userinfo
+from ._common import stdout_to_devnull, without_userinfo
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -190,7 +190,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     console = Console()
     # `trace show | head`: the reader has what it wanted, which is no failure (rich's own
     # handler exits 1); the rest of the output goes nowhere
-    console.on_broken_pipe = _stdout_to_devnull  # type: ignore[method-assign]
+    console.on_broken_pipe = stdout_to_devnull  # type: ignore[method-assign]
     errors = Console(stderr=True, soft_wrap=True)  # a message is one line, whatever the width
     runs_dir = Path(args.runs_dir)
     if args.trace_command == "list":
