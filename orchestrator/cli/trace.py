@@ -23,7 +23,7 @@ from ..tracing.tracefiles import (
     load_trace,
     resolve_run,
 )
-from ..tracing.view import _STATUS_STYLES, _fmt_duration, find_span, render_span, render_trace
+from ..tracing.view import STATUS_STYLES, find_span, format_duration, render_span, render_trace
 from ._common import stdout_to_devnull, without_userinfo
 
 if TYPE_CHECKING:
@@ -112,7 +112,7 @@ def list_command(runs_dir: Path, console: Console, *, limit: int | None = None) 
                 safe(r.run_id),
                 safe(r.root_agent or ""),
                 r.start.astimezone().strftime(time_format) if r.start else "",
-                _fmt_duration(int(r.duration_s * 1e9)),
+                format_duration(int(r.duration_s * 1e9)),
                 str(r.span_count),
                 # The outcome says more than the span status; its colour still shows the status.
                 safe(r.outcome or r.status),
@@ -140,7 +140,7 @@ def list_command(runs_dir: Path, console: Console, *, limit: int | None = None) 
             justify="right" if header in ("duration", "spans") else "left",
         )
     for r, row in zip(shown, rows, strict=True):
-        style = _STATUS_STYLES.get(r.status, "")
+        style = STATUS_STYLES.get(r.status, "")
         # Text, not str: rich would read "[link=...]" in a name from the file as markup
         cells = [Text(cell, style=style if i == 5 else "") for i, cell in enumerate(row)]
         table.add_row(*cells)

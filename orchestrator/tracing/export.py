@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ..core.errors import OrchestratorError
 from .endpoints import resolve_otlp_endpoint, resolve_protocol
 from .otlp_json import decode_otlp_json
-from .tracefiles import DamagedLine, _read_docs, _unreadable, damage_note
+from .tracefiles import DamagedLine, damage_note, read_docs, unreadable
 
 if TYPE_CHECKING:
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -96,7 +96,7 @@ def _requests(path: Path) -> tuple[list[ExportTraceServiceRequest], list[Damaged
     skipped and listed. Raises :class:`TraceFileError` when no line is OTLP/JSON traces."""
     from google.protobuf import json_format  # type: ignore[import-untyped, unused-ignore]
 
-    docs, damaged = _read_docs(path)
+    docs, damaged = read_docs(path)
     requests = []
     for number, doc in docs:
         try:
@@ -105,7 +105,7 @@ def _requests(path: Path) -> tuple[list[ExportTraceServiceRequest], list[Damaged
             damaged.append(DamagedLine(number, "malformed span data", str(exc)[:200]))
     damaged.sort(key=lambda d: d.number)
     if damaged and not requests:
-        raise _unreadable(path, damaged)
+        raise unreadable(path, damaged)
     return requests, damaged
 
 

@@ -15,7 +15,7 @@ its last batch was lost) is :attr:`RunSummary.interrupted`, never a success.
 A big run's file is tens of MB (65,000 spans for 5,000 agents), so reading is built for it: a
 file is streamed a line at a time, repeated strings are shared between the records, and the
 garbage collector is paused while they are made (see :func:`_iter_docs`, :class:`_Reader`,
-:func:`_no_collection`); ``trace list`` keeps what each file holds in a small index and reads
+:func:`no_collection`); ``trace list`` keeps what each file holds in a small index and reads
 only the files that changed (:class:`_SummaryCache`).
 """
 
@@ -60,9 +60,9 @@ AttrValue: TypeAlias = (
 
 _STATUS_NAMES: Final = {0: "UNSET", 1: "OK", 2: "ERROR"}
 _CONVERSATION_ID: Final = "gen_ai.conversation.id"
-_OUTCOME: Final = "orchestrator.outcome"
-_DEPTH: Final = "orchestrator.agent.depth"
-_AGENT_PATH: Final = "orchestrator.agent.path"
+OUTCOME: Final = "orchestrator.outcome"
+AGENT_DEPTH: Final = "orchestrator.agent.depth"
+AGENT_PATH: Final = "orchestrator.agent.path"
 _OUR_SCOPE: Final = "orchestrator"  # spans.TRACER_NAME (not imported: it pulls the API in)
 # SpanFlags: bit 8 says whether bit 9 (the parent is remote) is known
 _FLAGS_HAS_IS_REMOTE: Final = 0x100
@@ -447,7 +447,7 @@ def _iter_docs(path: Path) -> Iterator[tuple[int, dict[str, Any] | None, Damaged
             doc = None  # not alive while the next line is decoded
 
 
-def _read_docs(path: Path) -> tuple[list[tuple[int, dict[str, Any]]], list[DamagedLine]]:
+def read_docs(path: Path) -> tuple[list[tuple[int, dict[str, Any]]], list[DamagedLine]]:
     """The file's OTLP/JSON documents with their line numbers, and the lines that are damaged
     (all at once: :func:`_iter_docs` streams them)."""
     docs: list[tuple[int, dict[str, Any]]] = []
@@ -460,14 +460,14 @@ def _read_docs(path: Path) -> tuple[list[tuple[int, dict[str, Any]]], list[Damag
     return docs, damaged
 
 
-def _unreadable(path: Path, damaged: Sequence[DamagedLine]) -> TraceFileError:
+def unreadable(path: Path, damaged: Sequence[DamagedLine]) -> TraceFileError:
     first = damaged[0]
     detail = f": {first.detail}" if first.detail else ""
     return TraceFileError(f"{path}:{first.number}: {first.reason}{detail}")
 
 
 @contextmanager
-def _no_collection() -> Iterator[None]:
+def no_collection() -> Iterator[None]:
     """The cyclic garbage collector paused for a block that makes millions of objects.
 
     Reading a big trace makes ~1.5 million attribute values and dicts, none in a cycle; each
@@ -493,7 +493,7 @@ def load_trace(path: Path) -> LoadedTrace:
     by a whole one still yields the whole one. Raises :class:`TraceFileError` naming the line
     when no line at all is OTLP/JSON traces (not a trace file), or the file cannot be read.
     """
-    with _no_collection():
+    with no_collection():
         return _load(path)
 
 
@@ -515,7 +515,7 @@ def _load(path: Path) -> LoadedTrace:
             readable += 1
         doc = None  # not alive while the next line is decoded
     if damaged and not readable:  # nothing of it is a trace: say what the first line is
-        raise _unreadable(path, sorted(damaged, key=lambda d: d.number))
+        raise unreadable(path, sorted(damaged, key=lambda d: d.number))
     return LoadedTrace(spans, sorted(damaged, key=lambda d: d.number))
 
 
@@ -551,7 +551,7 @@ def _is_trace_file(path: Path) -> bool:
 # Runs.
 
 
-def _roots(spans: Sequence[SpanRecord]) -> list[SpanRecord]:
+def root_spans(spans: Sequence[SpanRecord]) -> list[SpanRecord]:
     """Spans whose parent is not in the file, earliest first.
 
     A run started inside a caller's span has a parent that lives in the caller's trace, not in
@@ -586,7 +586,7 @@ def _starts_a_run(span: SpanRecord) -> bool:
             operation = span.name.split(" ", 1)[0]
         if operation != "invoke_agent":
             return False
-        depth = span.attributes.get(_DEPTH)
+        depth = span.attributes.get(AGENT_DEPTH)
         if isinstance(depth, int) and not isinstance(depth, bool):
             return depth == 0
         return span.parent_span_id is None
@@ -599,7 +599,7 @@ def _top_agent(spans: Sequence[SpanRecord]) -> str | None:
     best: tuple[int, int] | None = None
     name: str | None = None
     for s in spans:
-        path = s.attributes.get(_AGENT_PATH)
+        path = s.attributes.get(AGENT_PATH)
         agent = s.attributes.get("gen_ai.agent.name")
         if isinstance(path, str) and isinstance(agent, str) and agent:
             key = (path.count("/"), s.start_ns)
@@ -608,10 +608,10 @@ def _top_agent(spans: Sequence[SpanRecord]) -> str | None:
     return name
 
 
-def _summarize(
+def summarize(
     path: Path, spans: Sequence[SpanRecord], damaged: Sequence[DamagedLine] = ()
 ) -> RunSummary:
-    tops = _roots(spans)
+    tops = root_spans(spans)
     starts = [s for s in tops if _starts_a_run(s)]
     root = starts[0] if starts else None
     # a trace of the file without a root of its own: killed, crashed, or its root's batch lost
@@ -625,7 +625,7 @@ def _summarize(
             break
     start_ns = min((s.start_ns for s in spans), default=0)
     end_ns = max((s.end_ns for s in spans), default=0)
-    outcome = root.attributes.get(_OUTCOME) if root else None
+    outcome = root.attributes.get(OUTCOME) if root else None
     service = first.resource.get("service.name") if first else None
     if interrupted:
         status, outcome = "ERROR", INTERRUPTED
@@ -706,7 +706,7 @@ def _summary_of(path: Path) -> RunSummary | None:
         return None
     if not spans:
         return None
-    return _summarize(path, spans, spans.damaged)
+    return summarize(path, spans, spans.damaged)
 
 
 _CACHE_VERSION: Final = 1

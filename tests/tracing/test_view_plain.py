@@ -169,7 +169,7 @@ def _float_duration(ns: int) -> str:
 
 
 def test_durations_are_written_as_the_float_formatting_rounds_them() -> None:
-    from orchestrator.tracing.view import _fmt_duration
+    from orchestrator.tracing.view import format_duration
 
     samples = {0, 1, 59_999_999_999, 60_000_000_000, 61_234_567_890, 3_600 * 10**9}
     for unit in (10_000, 1_000_000, 10_000_000, 1_000_000_000):
@@ -177,7 +177,7 @@ def test_durations_are_written_as_the_float_formatting_rounds_them() -> None:
             for at in (k * unit, k * unit + unit // 2):  # on a rounding step, and a tie
                 samples.update(at + d for d in (-2, -1, 0, 1, 2) if at + d >= 0)
     for ns in sorted(samples):
-        assert _fmt_duration(ns) == _float_duration(ns), ns
+        assert format_duration(ns) == _float_duration(ns), ns
 
 
 def test_a_rows_figures_come_from_its_own_values_whatever_spans_share_its_keys(
