@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from support.cli import cli_env as clean_env  # the CLI tests' environment
 
 from orchestrator import Agent, Limits, Policy, RunStatus, open_run, run, tool
 from orchestrator.models import ScriptedModel, response, text, tool_call
@@ -164,19 +165,6 @@ LIBRARY = textwrap.dedent(
     print(json.dumps(report))
     '''
 )
-
-
-def clean_env() -> dict[str, str]:
-    """No API key (agents run on their scripted models), no exporter setting from outside."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k != "ANTHROPIC_API_KEY"
-        and not k.startswith("OTEL_")
-        and k not in ("NO_COLOR", "FORCE_COLOR", "TERM", "COLUMNS", "LINES")
-    }
-    env.update(COLUMNS="200", PYTHONIOENCODING="utf-8")
-    return env
 
 
 @pytest.fixture

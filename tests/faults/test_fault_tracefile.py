@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 from support.cli import Cli
+from support.cli import cli_env as clean_env  # the CLI tests' environment
 from support.otlp_receiver import OtlpReceiver
 
 from orchestrator.tracing import configure_tracing
@@ -180,19 +181,6 @@ SLOW_TREE = textwrap.dedent(
     crasher = lead_with(crash, {"code": 70})
     '''
 )
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    """The environment without an API key or any OTLP exporter setting (traces go to files)."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k != "ANTHROPIC_API_KEY"
-        and not k.startswith("OTEL_")
-        and k not in ("NO_COLOR", "FORCE_COLOR", "TERM", "COLUMNS", "LINES")
-    }
-    env.update(COLUMNS="200", PYTHONIOENCODING="utf-8", **extra)
-    return env
 
 
 @pytest.fixture
