@@ -26,8 +26,10 @@ import trio
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp_types import methods
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from pydantic import ValidationError
 
 from .. import __version__
 from ..core.cancellation import is_cancellation
@@ -51,6 +53,8 @@ _PAGES = 100
 """tools/list pages read at most (a server whose cursor never ends cannot hang the start)."""
 _PROPAGATOR = TraceContextTextMapPropagator()
 _STDERR_TAIL = 300
+_PING_SECONDS = 5.0
+"""How long a server that answered -32000 has to answer a ping (else it is taken as busy)."""
 
 
 class Connection:
@@ -68,6 +72,8 @@ class Connection:
         self.stderr_path: Path | None = None
         self.network_transport = "pipe" if isinstance(server.transport, _Stdio) else "tcp"
         self._warned_changes = False
+        self._unreadable: dict[trio.CancelScope, str] = {}
+        """The calls ended by a message the SDK could not read, and what it was."""
 
     # -- lifetime -----------------------------------------------------------------------
 
@@ -79,7 +85,7 @@ class Connection:
                 startup.deadline = min(trio.current_time() + self.server.timeout, self.run.deadline)
                 try:
                     async with self._connected() as client:
-                        listed = await _list_tools(client)
+                        listed = await _list_tools(client, self.name)
                         try:
                             offered = self._offer(listed)
                         except ConfigurationError as exc:
@@ -119,6 +125,9 @@ class Connection:
                     args=list(transport.args),
                     env=dict(transport.env) if transport.env is not None else None,
                     cwd=transport.cwd,
+                    # bytes that are not UTF-8 are read as U+FFFD ("strict" stops the reader
+                    # and leaves every later call waiting for its timeout)
+                    encoding_error_handler="replace",
                 )
                 target = stdio_client(params, errlog=errlog)
             else:
@@ -167,6 +176,15 @@ class Connection:
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
             self._tools_changed()
+        elif isinstance(message, Exception):
+            # A line the SDK could not parse (it logs it and drops it): if it was a reply, the
+            # call waiting for it would wait for its timeout. Its id cannot be read either, so
+            # every call in flight ends now, saying why; the server stays usable.
+            what = _one_line(describe_exception(message))
+            _logger.warning("MCP server %r sent a message that cannot be read: %s", self.name, what)
+            for scope in list(self._calls):
+                self._unreadable[scope] = what
+                scope.cancel()
         await trio.lowlevel.checkpoint()
 
     def _tools_changed(self) -> None:
@@ -188,8 +206,16 @@ class Connection:
     # -- tools ---------------------------------------------------------------------------
 
     def _offer(self, listed: Sequence[types.Tool]) -> list[OfferedTool]:
-        by_name: dict[str, OfferedTool] = {}
+        """The tools to offer, sorted by exposed name. Tools that would share one exposed name
+        are all offered (the same tool listed twice, once): :meth:`MCPServer.select` leaves
+        them out unless ``only()`` names one by the server's own name."""
+        by_name: dict[str, list[OfferedTool]] = {}
+        seen: dict[str, dict[str, Any]] = {}
         for listed_tool in listed:
+            definition = listed_tool.model_dump(mode="json", by_alias=True)
+            if seen.get(listed_tool.name) == definition:
+                continue  # listed twice alike: one tool
+            seen[listed_tool.name] = definition
             name = exposed_name(self.name, listed_tool.name)
             origin = f"the tool {listed_tool.name!r} of MCP server {self.name!r}"
             if len(name) > MAX_NAME:
@@ -201,12 +227,6 @@ class Connection:
                     MAX_NAME,
                 )
                 continue
-            known = by_name.get(name)
-            if known is not None:
-                raise ConfigurationError(
-                    f"{known.origin} and {origin} would both be the tool {name!r}; leave one "
-                    f"out with only()"
-                )
             schema = {k: v for k, v in (listed_tool.input_schema or {}).items() if k != "$schema"}
             schema.setdefault("type", "object")
             hints = listed_tool.annotations
@@ -225,8 +245,25 @@ class Connection:
                     "MCP server %r: its tool %r is left out: %s", self.name, listed_tool.name, exc
                 )
                 continue
-            by_name[name] = OfferedTool(tool, origin, listed_tool.name)
-        return [by_name[n] for n in sorted(by_name)]
+            by_name.setdefault(name, []).append(OfferedTool(tool, origin, listed_tool.name))
+        for name, group in by_name.items():
+            keys = sorted({o.key for o in group})
+            if len(keys) == 1 and len(group) > 1:
+                _logger.warning(
+                    "MCP server %r lists the tool %r %d times, unlike each time; it is left out",
+                    self.name,
+                    keys[0],
+                    len(group),
+                )
+            elif len(group) > 1:
+                _logger.warning(
+                    "MCP server %r: its tools %s would all be the tool %r; they are left out "
+                    "unless only() names one of them by the server's name",
+                    self.name,
+                    ", ".join(map(repr, keys)),
+                    name,
+                )
+        return [o for n in sorted(by_name) for o in by_name[n]]
 
     async def call(self, tool_name: str, arguments: dict[str, Any]) -> str:
         client = self.client
@@ -242,7 +279,9 @@ class Connection:
                     tool_name, arguments, meta=cast(types.RequestParamsMeta, meta)
                 )
             except MCPError as exc:
-                if exc.code == types.CONNECTION_CLOSED:
+                # -32000 is both the SDK's "connection closed" and a code servers answer with
+                # themselves: only a connection that refuses a ping too is taken as closed.
+                if exc.code == types.CONNECTION_CLOSED and await self._closed(client):
                     self._stop("its connection closed")
                     raise ToolError(self._stopped_message()) from None
                 raise ToolError(
@@ -251,12 +290,31 @@ class Connection:
                 ) from None
             finally:
                 self._calls.discard(scope)
-        if scope.cancelled_caught:  # the connection ended under the call
-            raise ToolError(self._stopped_message(during=True))
+                unreadable = self._unreadable.pop(scope, None)
+        if scope.cancelled_caught:
+            if unreadable is not None and self.stopped is None:
+                raise ToolError(
+                    f"MCP server {self.name!r} sent a reply this client cannot read "
+                    f"({unreadable}); the call is ended instead of waiting for its "
+                    "timeout (the server is still running)"
+                )
+            raise ToolError(self._stopped_message(during=True))  # the connection ended under it
         text = result_text(result)
         if result.is_error:
             raise ToolError(text or f"MCP server {self.name!r}: the call to {tool_name!r} failed")
         return text
+
+    async def _closed(self, client: Client) -> bool:
+        """Whether the connection is closed: a closed one refuses a ping at once (the SDK
+        raises "connection closed" for any send after it saw the end)."""
+        with trio.move_on_after(_PING_SECONDS):
+            try:
+                await client.session.send_ping()
+            except MCPError as exc:  # any other error is an answer (2026 servers know no ping)
+                return exc.code == types.CONNECTION_CLOSED
+            except Exception:  # an answer the SDK could not take: something answered
+                return False
+        return False  # no answer in time: a busy server, not a closed connection
 
     def _describe_span(self, tool_name: str) -> None:
         """The OpenTelemetry MCP conventions' attributes, on the call's ``execute_tool`` span."""
@@ -330,16 +388,77 @@ class _Caller:
         return await self.connection.call(self.tool_name, arguments)
 
 
-async def _list_tools(client: Client) -> list[types.Tool]:
+async def _list_tools(client: Client, server: str) -> list[types.Tool]:
     listed: list[types.Tool] = []
     cursor: str | None = None
+    try:
+        for _ in range(_PAGES):
+            page = await client.list_tools(cursor=cursor)
+            listed.extend(page.tools)
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+    except ValidationError:  # one tool the SDK's models refuse fails the whole listing
+        kept = await _list_tools_one_by_one(client, server)
+        if kept is None:
+            raise
+        return kept
+    return listed
+
+
+async def _list_tools_one_by_one(client: Client, server: str) -> list[types.Tool] | None:
+    """The listing again, each tool checked on its own: one the SDK's models refuse is left
+    out with a warning, the others kept (and taught to the session, which checks results
+    against their output schemas). The SDK has no public call for an unchecked result, so
+    this takes three of ``ClientSession``'s private names (``mcp`` is pinned below 3); without
+    them (``None``) the listing fails as before."""
+    session: Any = client.session
+    stamp = getattr(session, "_stamp", None)
+    dispatcher = getattr(session, "_dispatcher", None)
+    absorb = getattr(session, "_absorb_tool_listing", None)
+    if stamp is None or dispatcher is None or absorb is None:
+        return None
+    version = client.protocol_version
+    kept: list[types.Tool] = []
+    cursor: str | None = None
     for _ in range(_PAGES):
-        page = await client.list_tools(cursor=cursor)
-        listed.extend(page.tools)
-        cursor = page.next_cursor
+        request = types.ListToolsRequest(params=types.PaginatedRequestParams(cursor=cursor))
+        data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
+        options: dict[str, Any] = {}
+        stamp(data, options)
+        raw = await dispatcher.send_raw_request(data["method"], data.get("params"), options)
+        tools = raw.get("tools") if isinstance(raw, dict) else None
+        if not isinstance(tools, list):
+            raise ToolsetFailed(f"MCP server {server!r} answered tools/list without a tool list")
+        for item in tools:
+            try:
+                methods.validate_server_result("tools/list", version, {**raw, "tools": [item]})
+                kept.append(types.Tool.model_validate(item, by_name=False))
+            except (ValidationError, ValueError, KeyError) as exc:
+                name = item.get("name") if isinstance(item, dict) else None
+                _logger.warning(
+                    "MCP server %r: its tool %r is left out: its definition does not pass the "
+                    "MCP SDK's check: %s",
+                    server,
+                    name if isinstance(name, str) else "(unnamed)",
+                    _validation_text(exc),
+                )
+        cursor = raw.get("nextCursor") if isinstance(raw.get("nextCursor"), str) else None
         if cursor is None:
             break
-    return listed
+    absorb(types.ListToolsResult(tools=kept), complete=True)
+    return kept
+
+
+def _validation_text(exc: Exception) -> str:
+    """What a model check found, in a line (pydantic's text runs to several with links)."""
+    if isinstance(exc, ValidationError):
+        found = [
+            f"{'.'.join(str(part) for part in e['loc'][2:]) or 'the tool'}: {e['msg']}"
+            for e in exc.errors()[:3]
+        ]
+        return _one_line("; ".join(found))
+    return _one_line(str(exc))
 
 
 def result_text(result: types.CallToolResult) -> str:
@@ -386,6 +505,12 @@ def last_line(path: Path | None) -> str:
     if not lines:
         return ""
     line = lines[-1]
+    return line if len(line) <= _STDERR_TAIL else line[:_STDERR_TAIL] + "..."
+
+
+def _one_line(text: str) -> str:
+    """``text`` on one line, cut to a few hundred characters."""
+    line = " ".join(text.split())
     return line if len(line) <= _STDERR_TAIL else line[:_STDERR_TAIL] + "..."
 
 

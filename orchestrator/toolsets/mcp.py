@@ -240,18 +240,49 @@ class MCPServer(Toolset):
                 await host.aclose()
 
     def select(self, offered: Sequence[OfferedTool]) -> list[OfferedTool]:
+        """The tools ``only()`` names (all without it). Tools the server offers under one
+        exposed name (``read.file`` and ``read_file``) are left out, unless ``only()`` names
+        one of them by the server's own name; one named by the shared exposed name, or two of
+        them named, is a ConfigurationError saying which."""
+        sharing: dict[str, int] = {}
+        for o in offered:
+            sharing[o.tool.name] = sharing.get(o.tool.name, 0) + 1
         if self._only is None:
-            return list(offered)
-        by_name = {o.key: o for o in offered} | {o.tool.name: o for o in offered}
-        unknown = [n for n in self._only if n not in by_name]
+            return [o for o in offered if sharing[o.tool.name] == 1]
+        chosen: list[OfferedTool] = []
+        unknown: list[str] = []
+        for n in self._only:
+            matches = [o for o in offered if o.key == n] or [o for o in offered if o.tool.name == n]
+            if not matches:
+                unknown.append(n)
+            elif len(matches) > 1:
+                what = " and ".join(o.origin for o in matches)
+                how = (
+                    "the server lists it more than once, unlike each time, so neither can be used"
+                    if all(o.key == n for o in matches)
+                    else "name one of them by the server's own name"
+                )
+                raise ConfigurationError(
+                    f"only({n!r}) names {what}, which would all be the tool "
+                    f"{matches[0].tool.name!r}; {how}"
+                )
+            elif not any(c is matches[0] for c in chosen):
+                chosen.append(matches[0])
         if unknown:
-            listed = ", ".join(sorted(o.key for o in offered)) or "none"
+            listed = ", ".join(sorted({o.key for o in offered})) or "none"
             raise ConfigurationError(
                 f"MCP server {self.name!r} offers no tool named {', '.join(map(repr, unknown))} "
                 f"(named in only()); its tools: {listed}"
             )
-        wanted = {by_name[n].tool.name for n in self._only}
-        return [o for o in offered if o.tool.name in wanted]
+        names: dict[str, OfferedTool] = {}
+        for o in chosen:
+            known = names.setdefault(o.tool.name, o)
+            if known is not o:
+                raise ConfigurationError(
+                    f"only() names {known.origin} and {o.origin}, which would both be the tool "
+                    f"{o.tool.name!r}; leave one of them out of only()"
+                )
+        return [o for o in offered if any(c is o for c in chosen)]
 
 
 def server_from_spec(spec: str) -> MCPServer:

@@ -28,6 +28,7 @@ def build(variant: str, markers: Path) -> Any:
     # ``from __future__ import annotations`` in this file: the SDK reads the tools' hints
     import anyio
     import mcp_types as types
+    from mcp import MCPError
     from mcp.server import MCPServer
     from mcp.server.mcpserver import Context
     from mcp.server.mcpserver.exceptions import ToolError
@@ -100,6 +101,12 @@ def build(variant: str, markers: Path) -> Any:
     def fail(message: str) -> str:
         """Fail with the message."""
         raise ToolError(message)
+
+    @server.tool()
+    def refuse() -> str:
+        """Answer with the JSON-RPC error -32000 (the code the SDK also uses for a closed
+        connection)."""
+        raise MCPError(code=-32000, message="quota exhausted for today; try tomorrow")
 
     @server.tool()
     def mixed() -> list[Any]:

@@ -132,16 +132,40 @@ async def test_characters_outside_the_name_alphabet_become_underscores(
     assert results_of(result)[0].content == "hi"
 
 
-async def test_two_server_tools_with_one_exposed_name_are_refused_naming_both(
-    tmp_path: Path,
+async def test_two_server_tools_with_one_exposed_name_are_left_out_unless_only_picks_one(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    # without only(): neither is offered, a warning names both, the run goes on
     script = Script({"root": [text("done")]})
     agent = Agent("root", "Read.", tools=[server(tmp_path, "collide")], model=script.model)
-    with pytest.raises(ConfigurationError) as caught:
-        await run(agent, "Go.", log_dir=tmp_path)
-    message = str(caught.value)
-    assert "'read.file'" in message and "'read_file'" in message and "'test__read_file'" in message
-    assert script.requests == []
+    with caplog.at_level(logging.WARNING, logger="orchestrator.mcp"):
+        result = await run(agent, "Go.", log_dir=tmp_path)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert script.requests[0].tools == []
+    warned = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
+    assert any("'read.file'" in m and "'read_file'" in m and "only()" in m for m in warned)
+    # the advice holds: only() naming one by the server's name gets that one
+    script = Script({"root": [tool_call("test__read_file", {"path": "a"}), text("done")]})
+    picked = server(tmp_path, "collide").only("read.file")
+    result = await run(
+        Agent("root", "Read.", tools=[picked], model=script.model), "Go.", log_dir=tmp_path
+    )
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert [t.name for t in script.requests[0].tools] == ["test__read_file"]
+    assert results_of(result)[0].content == "dot a"
+    # naming the shared name, or both, is refused saying which
+    for names in (("test__read_file",), ("read.file", "read_file")):
+        script = Script({"root": [text("done")]})
+        narrowed = server(tmp_path, "collide").only(*names)
+        with pytest.raises(ConfigurationError) as caught:
+            await run(
+                Agent("root", "Read.", tools=[narrowed], model=script.model),
+                "Go.",
+                log_dir=tmp_path,
+            )
+        message = str(caught.value)
+        assert "'read.file'" in message and "'read_file'" in message, message
+        assert "'test__read_file'" in message and script.requests == []
 
 
 async def test_a_local_tool_and_a_server_tool_with_one_name_are_refused_naming_both(
