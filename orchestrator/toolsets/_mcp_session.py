@@ -181,7 +181,10 @@ class Connection:
             # call waiting for it would wait for its timeout. Its id cannot be read either, so
             # every call in flight ends now, saying why; the server stays usable.
             what = _one_line(describe_exception(message))
-            _logger.warning("MCP server %r sent a message that cannot be read: %s", self.name, what)
+            level = logging.WARNING if self._calls else logging.DEBUG  # a start's failure says
+            _logger.log(
+                level, "MCP server %r sent a message that cannot be read: %s", self.name, what
+            )
             for scope in list(self._calls):
                 self._unreadable[scope] = what
                 scope.cancel()
