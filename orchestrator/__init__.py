@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from .core.errors import ContextWindowExceeded as ContextWindowExceeded
     from .core.errors import ModelError as ModelError
     from .core.errors import OrchestratorError as OrchestratorError
+    from .core.errors import OutputRejected as OutputRejected
     from .core.errors import RunFailedError as RunFailedError
     from .core.errors import ToolError as ToolError
     from .core.journal import Journal as Journal
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from .core.messages import ToolResultBlock as ToolResultBlock
     from .core.messages import ToolUseBlock as ToolUseBlock
     from .core.messages import Usage as Usage
+    from .core.output import OutputContext as OutputContext
     from .core.policy import PendingCall as PendingCall
     from .core.policy import Policy as Policy
     from .core.redact import redact as redact
@@ -75,6 +77,8 @@ __all__ = [
     "NoteStore",
     "NullJournal",
     "OrchestratorError",
+    "OutputContext",
+    "OutputRejected",
     "ParentSide",
     "PendingCall",
     "Policy",
@@ -112,6 +116,7 @@ _LAZY: dict[str, str] = {
     "ContextWindowExceeded": "orchestrator.core.errors",
     "ModelError": "orchestrator.core.errors",
     "OrchestratorError": "orchestrator.core.errors",
+    "OutputRejected": "orchestrator.core.errors",
     "RunFailedError": "orchestrator.core.errors",
     "ToolError": "orchestrator.core.errors",
     "Journal": "orchestrator.core.journal",
@@ -124,6 +129,7 @@ _LAZY: dict[str, str] = {
     "ToolResultBlock": "orchestrator.core.messages",
     "ToolUseBlock": "orchestrator.core.messages",
     "Usage": "orchestrator.core.messages",
+    "OutputContext": "orchestrator.core.output",
     "PendingCall": "orchestrator.core.policy",
     "Policy": "orchestrator.core.policy",
     "RunResult": "orchestrator.core.result",

@@ -40,7 +40,7 @@ import threading
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import outcome
 import trio
@@ -55,7 +55,7 @@ from .core.journal import Journal
 from .core.limits import Limits
 from .core.messages import Message
 from .core.policy import Policy
-from .core.result import RunResult
+from .core.result import OutputT, RunResult
 from .core.run import DEFAULT_TOOL_THREADS
 from .core.run import RunHandle as _TrioHandle
 from .core.run import open_run as _trio_open_run
@@ -66,6 +66,7 @@ __all__ = ["AioEvents", "AioRunHandle", "open_run", "run"]
 
 _logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
+_O = TypeVar("_O")  # the root agent's output type
 _Job = Callable[[], Awaitable[None]]
 _CANCELLED_TOOL_GRACE = 1.0
 """Seconds a cancelled asyncio tool task is waited for before it is left to finish alone."""
@@ -432,7 +433,7 @@ class AioEvents:
             raise
 
 
-class AioRunHandle:
+class AioRunHandle(Generic[OutputT]):
     """A running tree seen from asyncio: :class:`orchestrator.RunHandle`'s events, ``cancel()``
     and ``result()``, awaited from asyncio code."""
 
@@ -479,7 +480,7 @@ class AioRunHandle:
         """Stop the whole tree now; the result has status ``cancelled`` and valid transcripts."""
         _cancel(self._host, self._bridge)
 
-    async def result(self) -> RunResult:
+    async def result(self) -> RunResult[OutputT]:
         """Wait for the run to end and return its result tree. Cancelling the task that waits
         here does not cancel the run (leaving the ``async with`` block does)."""
         return await asyncio.shield(self._bridge.finished)
@@ -487,7 +488,7 @@ class AioRunHandle:
 
 @asynccontextmanager
 async def open_run(
-    agent: Agent,
+    agent: Agent[_O],
     prompt: str,
     *,
     model: Model | str | None = None,
@@ -503,7 +504,7 @@ async def open_run(
     journal: Journal | str | os.PathLike[str] | None = None,
     runner: ChildRunner | None = None,
     log_dir: str | os.PathLike[str] | None = None,
-) -> AsyncIterator[AioRunHandle]:
+) -> AsyncIterator[AioRunHandle[_O]]:
     """:func:`orchestrator.open_run` for asyncio code: ``async with aio.open_run(...) as h:``.
 
     The same arguments. Leaving the block before the run ends cancels it and waits for it to
@@ -545,7 +546,7 @@ async def open_run(
 
 
 async def run(
-    agent: Agent,
+    agent: Agent[_O],
     prompt: str,
     *,
     model: Model | str | None = None,
@@ -560,7 +561,7 @@ async def run(
     journal: Journal | str | os.PathLike[str] | None = None,
     runner: ChildRunner | None = None,
     log_dir: str | os.PathLike[str] | None = None,
-) -> RunResult:
+) -> RunResult[_O]:
     """:func:`orchestrator.run` for asyncio code: ``result = await aio.run(agent, prompt)``.
 
     The same arguments and result. Cancelling the awaiting task cancels the run; the

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from .models.scripted import FunctionModel as FunctionModel
 from .models.scripted import ScriptedModel as ScriptedModel
 from .models.scripted import Step as Step
+from .models.scripted import final as final
 from .models.scripted import response as response
 from .models.scripted import text as text
 from .models.scripted import tool_call as tool_call
@@ -39,6 +40,7 @@ __all__ = [
     "ScriptedModel",
     "SpanRecorder",
     "Step",
+    "final",
     "recording_spans",
     "replace_models",
     "response",

@@ -60,7 +60,10 @@ CORE_BOTTOM = frozenset(
         "orchestrator.core.cancellation",
     }
 )
-CORE_THIRD_PARTY = frozenset({"trio", "pydantic", "pydantic_core", "opentelemetry"})
+# typing_extensions: pydantic's own dependency, for the output type's TypeVar default (PEP 696)
+CORE_THIRD_PARTY = frozenset(
+    {"trio", "pydantic", "pydantic_core", "opentelemetry", "typing_extensions"}
+)
 # A facade's lazy name as type checkers see it: ``orchestrator.models`` names the research tree's
 # OfflineModel by a string (imported on first use of the name) and imports it for type checkers
 # only, under TYPE_CHECKING (test_a_type_only_reexport_is_a_lazy_name_of_its_facade).

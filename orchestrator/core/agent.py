@@ -10,17 +10,23 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypedDict, Unpack
+from typing import Any, Generic, TypedDict, Unpack, overload
+
+from typing_extensions import TypeVar
 
 from ..models.base import Model, resolve_model
 from .compaction import ContextPolicy
 from .errors import ConfigurationError
 from .limits import Limits, tree_wide_limits
+from .output import FINAL_RESULT, OutputMode, OutputSpec, OutputValidator, output_spec
 from .policy import Policy, is_pattern
 from .tools import Tool, tool
 from .toolset import Toolset
 
-__all__ = ["Agent", "AgentTree"]
+__all__ = ["Agent", "AgentTree", "OutputT"]
+
+OutputT = TypeVar("OutputT", default=Any)
+"""What an agent answers with: ``str`` unless it was given an ``output_type``."""
 
 SPAWN_TOOL = "spawn_subagent"
 """The tool an agent with subagents holds (built by the spawn module; named here for the
@@ -40,13 +46,16 @@ class AgentChanges(TypedDict, total=False):
     policy: Policy | None
     max_output_tokens: int
     context: ContextPolicy | None
+    output_type: Any
+    output_mode: OutputMode
+    output_validators: Sequence[OutputValidator]
 
 
 _AGENT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")  # fullmatch ("$" allows "x\n")
 
 
-class Agent:
-    """An agent definition: instructions, model, tools, subagents, limits, policy.
+class Agent(Generic[OutputT]):
+    """An agent definition: instructions, model, tools, subagents, limits, policy, output.
 
     ``tools=None`` means "the parent's tools" for a subagent (and no tools for a root);
     an explicit list means exactly those tools. The list may hold toolsets (an
@@ -54,6 +63,14 @@ class Agent:
     come after the agent's own tools (:attr:`toolsets`). ``model`` is a :class:`Model` or a
     string such as ``"anthropic:claude-sonnet-5-5"`` or ``"offline"``; without one, the agent
     uses its parent's model, then the run's default.
+
+    ``output_type`` makes the agent answer with a value of that type instead of text (a
+    pydantic model, a dataclass, a TypedDict, or any type pydantic validates): ``Agent`` is
+    generic in it, so ``run(agent, ...)`` gives a ``RunResult`` whose ``output`` has that type.
+    ``output_mode="tool"`` (the default) asks for it through a ``final_result`` tool;
+    ``"native"`` through the provider's structured output. ``output_validators`` check the
+    value further (``fn(ctx, value) -> value``; raise :class:`~orchestrator.OutputRejected` to
+    ask the model again). See docs/typed.md.
     """
 
     __slots__ = (
@@ -64,6 +81,10 @@ class Agent:
         "max_output_tokens",
         "model",
         "name",
+        "output_mode",
+        "output_spec",
+        "output_type",
+        "output_validators",
         "policy",
         "subagents",
         "tools",
@@ -82,6 +103,69 @@ class Agent:
     policy: Policy | None
     max_output_tokens: int
     context: ContextPolicy | None
+    output_type: Any
+    """The answer's type (``str``: text)."""
+    output_mode: OutputMode
+    output_validators: tuple[OutputValidator, ...]
+    output_spec: OutputSpec | None
+    """The output type compiled (its schema and checks); ``None`` for a text agent."""
+
+    @overload
+    def __init__(
+        self: Agent[str],
+        name: str,
+        instructions: str,
+        *,
+        description: str = "",
+        model: Model | str | None = None,
+        tools: Iterable[Tool | Toolset | Callable[..., Any]] | None = None,
+        subagents: Sequence[Agent | str] = (),
+        limits: Limits | None = None,
+        policy: Policy | None = None,
+        max_output_tokens: int = 4096,
+        context: ContextPolicy | None = None,
+        output_type: type[str] = str,
+        output_mode: OutputMode = "tool",
+        output_validators: Sequence[OutputValidator] = (),
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: Agent[OutputT],
+        name: str,
+        instructions: str,
+        *,
+        description: str = "",
+        model: Model | str | None = None,
+        tools: Iterable[Tool | Toolset | Callable[..., Any]] | None = None,
+        subagents: Sequence[Agent | str] = (),
+        limits: Limits | None = None,
+        policy: Policy | None = None,
+        max_output_tokens: int = 4096,
+        context: ContextPolicy | None = None,
+        output_type: type[OutputT],
+        output_mode: OutputMode = "tool",
+        output_validators: Sequence[OutputValidator] = (),
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: Agent[Any],
+        name: str,
+        instructions: str,
+        *,
+        description: str = "",
+        model: Model | str | None = None,
+        tools: Iterable[Tool | Toolset | Callable[..., Any]] | None = None,
+        subagents: Sequence[Agent | str] = (),
+        limits: Limits | None = None,
+        policy: Policy | None = None,
+        max_output_tokens: int = 4096,
+        context: ContextPolicy | None = None,
+        output_type: Any,
+        output_mode: OutputMode = "tool",
+        output_validators: Sequence[OutputValidator] = (),
+    ) -> None: ...
 
     def __init__(
         self,
@@ -96,6 +180,9 @@ class Agent:
         policy: Policy | None = None,
         max_output_tokens: int = 4096,
         context: ContextPolicy | None = None,
+        output_type: Any = str,
+        output_mode: OutputMode = "tool",
+        output_validators: Sequence[OutputValidator] = (),
     ) -> None:
         if not isinstance(name, str) or not _AGENT_NAME.fullmatch(name):
             raise ConfigurationError(
@@ -131,6 +218,11 @@ class Agent:
             )
             seen: set[str] = set()
             for t in built:
+                if t.name == FINAL_RESULT and output_type is not str:
+                    raise ConfigurationError(
+                        f"agent {name!r} has a tool named {FINAL_RESULT!r}, the name its typed "
+                        "answer is given with; rename the tool"
+                    )
                 if t.name in seen:
                     raise ConfigurationError(f"agent {name!r} has two tools named {t.name!r}")
                 seen.add(t.name)
@@ -157,14 +249,23 @@ class Agent:
         if context is not None and not isinstance(context, ContextPolicy):
             raise ConfigurationError(f"agent {name!r}: context must be a ContextPolicy")
         object.__setattr__(self, "context", context)
+        if isinstance(output_validators, str) or callable(output_validators):
+            raise ConfigurationError(f"agent {name!r}: output_validators must be a list")
+        validators = tuple(output_validators)
+        object.__setattr__(self, "output_type", output_type)
+        object.__setattr__(self, "output_mode", output_mode)
+        object.__setattr__(self, "output_validators", validators)
+        object.__setattr__(
+            self, "output_spec", output_spec(name, output_type, output_mode, validators)
+        )
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"Agent is immutable; build a new one (tried to set {name!r})")
 
-    def __copy__(self) -> Agent:
+    def __copy__(self) -> Agent[OutputT]:
         return self  # immutable: a copy would be the same definition
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> Agent:
+    def __deepcopy__(self, memo: dict[int, Any]) -> Agent[OutputT]:
         return self
 
     def __repr__(self) -> str:
@@ -187,6 +288,9 @@ class Agent:
             "policy": self.policy,
             "max_output_tokens": self.max_output_tokens,
             "context": self.context,
+            "output_type": self.output_type,
+            "output_mode": self.output_mode,
+            "output_validators": self.output_validators,
         }
         fields.update(changes)
         name = fields.pop("name", self.name)

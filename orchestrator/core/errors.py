@@ -14,6 +14,7 @@ in when that is not this one (tests/core/test_errors.py checks the drawing again
     +-- ModelError                               a model call failed (``fatal``, ``kind``)
     |   +-- ContextWindowExceeded                the input is longer than the context window
     +-- RunFailedError                           ``RunResult.raise_for_status()``
+    +-- OutputRejected                           an output validator's words for the model
     +-- ToolsetFailed                            (core.toolset) a tool source could not start
     +-- BudgetExceeded                           (core.limits) internal: a reservation cannot fit
     +-- PricingFailed                            (core.limits) internal: a model's cost() failed
@@ -36,6 +37,7 @@ __all__ = [
     "ContextWindowExceeded",
     "ModelError",
     "OrchestratorError",
+    "OutputRejected",
     "RunFailedError",
     "ToolError",
 ]
@@ -51,6 +53,12 @@ class ConfigurationError(OrchestratorError, ValueError):
     Raised when the object is built or the tree is validated, before any model call, with a
     message naming the offending part.
     """
+
+
+class OutputRejected(OrchestratorError):
+    """Raise in an output validator to reject a typed answer: ``message`` (what is wrong, and
+    what to do) goes back to the model, which answers again while ``Limits.output_retries``
+    allows; past that the agent ends ``invalid_output``."""
 
 
 class ToolError(OrchestratorError):

@@ -75,20 +75,29 @@ trio, where such a tool is awaited in its trio task."""
 
 
 async def _execute(
-    node: AgentNode, run: RunState, calls: list[ToolUseBlock]
+    node: AgentNode,
+    run: RunState,
+    calls: list[ToolUseBlock],
+    given: dict[int, ToolResultBlock] | None = None,
 ) -> tuple[ToolResultBlock, ...]:
-    """Run the calls concurrently; results come back in call order, one per call."""
+    """Run the calls concurrently; results come back in call order, one per call.
+    ``given``: results that stand for some calls (by position), which do not run (a typed
+    agent's rejected ``final_result``)."""
     results: list[ToolResultBlock | None] = [None] * len(calls)
+    if given:
+        for i, result in given.items():
+            results[i] = result
     node.in_flight = results
     node.started_calls.clear()  # ids may repeat across turns: only this step's count
     try:
-        if len(calls) == 1:
+        if len(calls) == 1 and not given:
             await _call_one(node, run, 0, calls[0], results)
         else:
             node.ask_order = _AskInOrder.for_calls(node, calls)
             async with trio.open_nursery() as nursery:
                 for i, call in enumerate(calls):
-                    nursery.start_soon(_call_one, node, run, i, call, results)
+                    if results[i] is None:
+                        nursery.start_soon(_call_one, node, run, i, call, results)
     finally:
         node.ask_order = None
         if node.spawns is not None:  # allowances taken for this step's spawns and not used

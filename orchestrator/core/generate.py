@@ -201,6 +201,7 @@ async def _generate(
         node.info,
         estimate,
         node.assistant_turns,
+        None if node.agent.output_spec is None else node.agent.output_spec.format,
     )
     ctx = node.model_context or _model_context(run, node)
     node.model_context = ctx

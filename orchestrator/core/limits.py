@@ -54,6 +54,8 @@ class Limits:
     calls in flight. ``max_consecutive_errors``: turns in a row whose tool calls all failed.
     ``repeat_limit``: the N-th consecutive turn with identical tool calls stops the agent.
     ``tool_timeout``: seconds per tool call. ``max_result_chars``: cap on one tool result.
+    ``output_retries``: how many times a typed agent's output may be rejected and asked again
+    before it ends ``invalid_output`` (per agent; ``0``: the first rejection ends it).
     """
 
     max_turns: int | None = None
@@ -68,6 +70,7 @@ class Limits:
     repeat_limit: int | None = None
     tool_timeout: float | None = None
     max_result_chars: int | None = None
+    output_retries: int | None = None
 
     def __post_init__(self) -> None:
         for name in _FIELD_NAMES:
@@ -82,7 +85,7 @@ class Limits:
                 continue
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigurationError(f"Limits.{name} must be an integer, got {value!r}")
-            floor = 0 if name == "max_depth" else 1
+            floor = 0 if name in _ZERO_ALLOWED else 1
             if value < floor:
                 raise ConfigurationError(f"Limits.{name} must be >= {floor}, got {value!r}")
 
@@ -115,6 +118,7 @@ class Limits:
 # Field names, read once: ``dataclasses.fields()`` and ``asdict()`` (a deep copy) per call made
 # limits a third of the CPU of a one-agent run.
 _FIELD_NAMES = tuple(f.name for f in dataclasses.fields(Limits))
+_ZERO_ALLOWED = frozenset({"max_depth", "output_retries"})
 
 
 def tree_wide_limits(run_limits: Limits | None, root_limits: Limits | None) -> Limits:
@@ -145,6 +149,7 @@ DEFAULT_LIMITS = Limits(
     repeat_limit=3,
     tool_timeout=120.0,
     max_result_chars=100_000,
+    output_retries=2,
 )
 """The pinned defaults from DESIGN.md (``cost_budget_usd`` unset means no cost limit)."""
 

@@ -37,6 +37,7 @@ from .generate import (
 )
 from .limits import fixed_units
 from .messages import Message, ToolResultBlock, ToolUseBlock, text_of
+from .output import FINAL_RESULT, settle_calls, settle_text
 from .records import record
 from .result import RunStatus
 from .state import AgentNode, RunState, _LoopState, tool_specs
@@ -127,7 +128,10 @@ async def run_agent(node: AgentNode, run: RunState) -> None:
                 )
                 if node.parent is None and run.capture:  # the run's prompt and answer
                     spans.record_run_io(
-                        s, node.task, node.output, node.status.value if node.status else "error"
+                        s,
+                        node.task,
+                        node.output if node.output_json is None else node.output_json,
+                        node.status.value if node.status else "error",
                     )
             if run.events.enabled:
                 run.events.emit(
@@ -169,6 +173,10 @@ async def _loop(node: AgentNode, run: RunState) -> None:
     node._fixed_chars = fixed_units(node.agent.instructions) + sum(
         t.spec_chars for t in node.tools.values()
     )
+    typed = node.agent.output_spec
+    if typed is not None and typed.mode == "tool":  # the answer is this tool's input
+        specs.append(typed.tool_spec)
+        node._fixed_chars += fixed_units(repr(typed.schema))
     state = _LoopState(
         specs=specs,
         max_turns=node.limits.max_turns or 1,
@@ -203,9 +211,15 @@ async def _loop(node: AgentNode, run: RunState) -> None:
                 if isinstance(parsed, AskAgain) and parsed is not NEXT_TURN:
                     parsed = await _ask_again(node, run, state, turn_span, parsed)
                 if isinstance(parsed, ToolCalls):
-                    _resume_step(node, state, await _execute(node, run, parsed.calls))
+                    if typed is None or not _calls_final(parsed.calls):
+                        _resume_step(node, state, await _execute(node, run, parsed.calls))
+                    else:
+                        await _final_step(node, run, state, parsed.calls, turn_span)
                 elif isinstance(parsed, Ended):
-                    node.finish(parsed.status, parsed.reason, parsed.output)
+                    if typed is None or parsed.status is not RunStatus.COMPLETED:
+                        node.finish(parsed.status, parsed.reason, parsed.output)
+                    elif not await settle_text(node, run, typed, parsed.output, turn_span):
+                        _end_if_no_turns_left(node, state)
             except BaseException as exc:
                 if is_cancellation(exc):  # cut from outside: say why, as the agent span will
                     status, reason = run.cut_status(node)
@@ -217,6 +231,34 @@ async def _loop(node: AgentNode, run: RunState) -> None:
                     node.status.value if node.status else "ok",
                     node.traced_error(run.capture),
                 )
+
+
+def _calls_final(calls: list[ToolUseBlock]) -> bool:
+    return any(c.name == FINAL_RESULT for c in calls)
+
+
+async def _final_step(
+    node: AgentNode, run: RunState, state: _LoopState, calls: list[ToolUseBlock], turn_span: Any
+) -> None:
+    """EXECUTE and RESUME for a typed agent's turn that calls ``final_result``: a valid one
+    ends the agent (the turn's other calls do not run); a rejected one is answered with its
+    problems, the other calls run as usual, and the turn does not count as a failing one."""
+    spec = node.agent.output_spec
+    assert spec is not None
+    verdict = await settle_calls(node, run, spec, calls, turn_span)
+    if verdict.done:
+        return
+    results = await _execute(node, run, calls, verdict.given)
+    _resume_step(node, state, results, rejected=len(verdict.given))
+    _end_if_no_turns_left(node, state)
+
+
+def _end_if_no_turns_left(node: AgentNode, state: _LoopState) -> None:
+    """After a rejected answer: the agent is asked again only if it has a turn left."""
+    if node.status is None:
+        ended = _turns_left(node, state, "without a valid final answer")
+        if ended is not None:
+            node.finish(ended.status, ended.reason)
 
 
 async def _ask_again(
@@ -382,6 +424,10 @@ def _parse_step(
         return _turns_left(node, state, "during pause_turn") or NEXT_TURN
     if not calls:
         return Ended(RunStatus.ERROR, "stop_reason 'tool_use' without any tool call")
+    if node.agent.output_spec is not None and _calls_final(calls):
+        state.cut_text = ()
+        state.context_retry = False
+        return ToolCalls(calls)  # an answer, even on the last turn (checked before it runs)
     state.repeats = state.repeats + 1 if _same_calls(calls, state.last_calls) else 1
     state.last_calls = calls
     if state.repeats >= state.repeat_limit:
@@ -398,10 +444,16 @@ def _parse_step(
     return ToolCalls(calls)
 
 
-def _resume_step(node: AgentNode, state: _LoopState, results: tuple[ToolResultBlock, ...]) -> None:
-    """RESUME: one user message with every result, in call order; count failing turns."""
+def _resume_step(
+    node: AgentNode, state: _LoopState, results: tuple[ToolResultBlock, ...], rejected: int = 0
+) -> None:
+    """RESUME: one user message with every result, in call order; count failing turns
+    (``rejected``: typed answers among the results, which count against ``output_retries``
+    instead)."""
     node.append(Message("user", results))
     failed = all(map(_IS_ERROR, results))  # map, not a generator: most turns have one result
+    if rejected:
+        failed = len(results) > rejected and sum(map(_IS_ERROR, results)) == len(results)
     state.error_turns = state.error_turns + 1 if failed else 0
     if state.error_turns >= state.max_errors:
         reason = (

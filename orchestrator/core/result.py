@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic
+
+from typing_extensions import TypeVar
 
 from .errors import RunFailedError
 from .messages import Message, Usage, message_to_wire
@@ -15,6 +18,8 @@ if TYPE_CHECKING:  # only an annotation here; compaction loads trio (via limits)
     from .compaction import TurnContext
 
 __all__ = ["RunResult", "RunStatus"]
+
+OutputT = TypeVar("OutputT", default=Any)
 
 
 class RunStatus(StrEnum):
@@ -30,11 +35,17 @@ class RunStatus(StrEnum):
     CONTEXT_EXCEEDED = "context_exceeded"
     CANCELLED = "cancelled"
     ERROR = "error"
+    INVALID_OUTPUT = "invalid_output"
+    """A typed agent's answer was rejected more times than ``Limits.output_retries`` allows."""
 
 
 @dataclass(eq=False)
-class RunResult:
+class RunResult(Generic[OutputT]):
     """The outcome of one agent run, with its children's results in spawn order.
+
+    ``output`` is the answer: text, or for an agent with an ``output_type`` the validated value
+    (``output_json`` is then its JSON; ``None`` for text). A run that did not complete has
+    ``output`` ``""`` or ``None`` (typed).
 
     ``usage`` covers this agent's whole subtree; ``own_usage`` only its own model calls.
     ``messages`` is the agent's transcript, valid on every exit (each ``tool_use`` answered by
@@ -44,11 +55,11 @@ class RunResult:
 
     agent_name: str
     status: RunStatus
-    output: str
+    output: OutputT
     messages: list[Message]
     own_usage: Usage
     usage: Usage
-    children: list[RunResult] = field(default_factory=list)
+    children: list[RunResult[Any]] = field(default_factory=list)
     error: str | None = None
     path: str = ""
     depth: int = 0
@@ -58,19 +69,21 @@ class RunResult:
     run_id: str = ""
     turn_log: list[TurnContext] = field(default_factory=list)
     """Per turn: input size, results cleared, compaction, cache reads."""
+    output_json: str | None = None
+    """A typed agent's output as JSON text (compact, keys in field order); ``None`` for text."""
 
     @property
     def ok(self) -> bool:
         """True when the run completed."""
         return self.status is RunStatus.COMPLETED
 
-    def raise_for_status(self) -> RunResult:
+    def raise_for_status(self) -> RunResult[OutputT]:
         """Return ``self`` if completed, else raise :class:`~orchestrator.errors.RunFailedError`."""
         if self.status is not RunStatus.COMPLETED:
             raise RunFailedError(self)
         return self
 
-    def walk(self) -> Iterator[RunResult]:
+    def walk(self) -> Iterator[RunResult[Any]]:
         """This result and every descendant, depth first in spawn order."""
         yield self
         for child in self.children:
@@ -93,7 +106,7 @@ class RunResult:
             "agent_name": self.agent_name,  # the RunResult field's own name
             "path": self.path,
             "status": self.status.value,
-            "output": self.output,
+            "output": self.output if self.output_json is None else json.loads(self.output_json),
             "error": self.error,
             "turns": self.turns,
             "usage": self.usage.to_dict(),

@@ -24,7 +24,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import trio
 from opentelemetry import trace
@@ -53,6 +53,8 @@ __all__ = [
     "tree_reference",
 ]
 
+T = TypeVar("T")
+
 
 def fingerprint(agent: Agent) -> tuple[str, dict[str, str]]:
     """A digest of the tree's definitions, and the parts it was made of (``agent.field`` ->
@@ -72,6 +74,8 @@ def fingerprint(agent: Agent) -> tuple[str, dict[str, str]]:
             "limits": repr(a.limits),
             "max_output_tokens": a.max_output_tokens,
         }
+        if a.output_spec is not None:  # a typed answer: changing its type changes the tree
+            fields["output"] = [a.output_spec.mode, canonical_json(a.output_spec.schema)]
         for name, value in fields.items():
             digest = hashlib.sha256(canonical_json(value).encode()).hexdigest()[:16]
             parts[f"{a.name}.{name}"] = digest
@@ -250,6 +254,40 @@ def recorded_limits(options: dict[str, Any]) -> Limits | None:
     return Limits(**{k: v for k, v in values.items() if k in known})
 
 
+@overload
+async def resume(
+    journal_path: str | os.PathLike[str],
+    *,
+    agent: Agent[T],
+    model: Model | str | None = None,
+    limits: Limits | None = None,
+    policy: Policy | None = None,
+    deps: Any = None,
+    tracer_provider: trace.TracerProvider | None = None,
+    context: ContextPolicy | None = None,
+    tool_threads: int | None = None,
+    runner: ChildRunner | None = None,
+    definitions: Agent | None = None,
+) -> RunResult[T]: ...
+
+
+@overload
+async def resume(
+    journal_path: str | os.PathLike[str],
+    *,
+    agent: None = None,
+    model: Model | str | None = None,
+    limits: Limits | None = None,
+    policy: Policy | None = None,
+    deps: Any = None,
+    tracer_provider: trace.TracerProvider | None = None,
+    context: ContextPolicy | None = None,
+    tool_threads: int | None = None,
+    runner: ChildRunner | None = None,
+    definitions: Agent | None = None,
+) -> RunResult[Any]: ...
+
+
 async def resume(
     journal_path: str | os.PathLike[str],
     *,
@@ -263,7 +301,7 @@ async def resume(
     tool_threads: int | None = None,
     runner: ChildRunner | None = None,
     definitions: Agent | None = None,
-) -> RunResult:
+) -> RunResult[Any]:
     """Continue the run journaled at ``journal_path`` and return its whole result tree.
 
     The tree comes from the journal's reference unless ``agent`` is given; it must match the
@@ -274,6 +312,8 @@ async def resume(
     completed resumes to its result at once (everything is replayed). ``definitions`` is the
     tree to check against the journal when ``agent`` is that tree changed by the caller (the
     command line's ``--override-model``, ``--mcp``): what it was journaled with, as defined.
+    For an ``agent`` of output type ``T`` the result is a ``RunResult[T]`` (the replayed
+    answer is validated again).
     """
     from .run import DEFAULT_TOOL_THREADS, run  # run.py imports this module's journal opener
 
@@ -307,11 +347,25 @@ async def resume(
         journal.close()
 
 
-def resume_sync(journal_path: str | os.PathLike[str], **options: Any) -> RunResult:
+@overload
+def resume_sync(
+    journal_path: str | os.PathLike[str], *, agent: Agent[T], **options: Any
+) -> RunResult[T]: ...
+
+
+@overload
+def resume_sync(
+    journal_path: str | os.PathLike[str], *, agent: None = None, **options: Any
+) -> RunResult[Any]: ...
+
+
+def resume_sync(
+    journal_path: str | os.PathLike[str], *, agent: Agent | None = None, **options: Any
+) -> RunResult[Any]:
     """:func:`resume` under ``trio.run``, then a bounded flush of the tracer provider's spans."""
     from ..tracing.flush import flush_tracer_provider
 
-    result = trio.run(lambda: resume(journal_path, **options))
+    result = trio.run(lambda: resume(journal_path, agent=agent, **options))
     flush_tracer_provider(options.get("tracer_provider"), timeout=2.0)
     return result
 

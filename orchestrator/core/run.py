@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import trio
 from opentelemetry import trace
@@ -41,9 +41,10 @@ from .journal import Journal, NullJournal
 from .limits import Limits
 from .loop import run_agent
 from .messages import Message, is_blank, transcript_problem, well_formed
+from .output import check_native_models
 from .policy import Policy
 from .redact import RUN_SECRETS, redact, secret_values
-from .result import RunResult, RunStatus
+from .result import OutputT, RunResult, RunStatus
 from .runner import ChildRunner
 from .spawn import make_root
 from .state import AgentNode, RunState
@@ -52,20 +53,22 @@ from .toolset import end_before_start, open_toolsets
 
 __all__ = ["RunHandle", "open_run", "run", "run_sync"]
 
+T = TypeVar("T")
 _CLOSE_TIMEOUT = 5.0
 _logger = logging.getLogger(__name__)
 DEFAULT_TOOL_THREADS = 32
 """Worker threads a run's sync tools may use at once, unless ``tool_threads`` says otherwise."""
 
 
-class RunHandle:
-    """A running tree: its events, a way to stop it, and its result."""
+class RunHandle(Generic[OutputT]):
+    """A running tree: its events, a way to stop it, and its result (a ``RunResult`` of the
+    root agent's output type)."""
 
     def __init__(self, state: RunState, root: AgentNode) -> None:
         self._state = state
         self._root = root
         self._done = trio.Event()
-        self._result: RunResult | None = None
+        self._result: RunResult[OutputT] | None = None
         self._token = trio.lowlevel.current_trio_token()
 
     @property
@@ -128,7 +131,7 @@ class RunHandle:
             self._state.cancel_requested = True
             self._state.scope.cancel()
 
-    async def result(self) -> RunResult:
+    async def result(self) -> RunResult[OutputT]:
         """Wait for the run to end and return its result tree."""
         await self._done.wait()
         assert self._result is not None
@@ -173,7 +176,7 @@ async def _journal_end(state: RunState, status: RunStatus) -> None:
 
 @asynccontextmanager
 async def open_run(
-    agent: Agent,
+    agent: Agent[T],
     prompt: str,
     *,
     model: Model | str | None = None,
@@ -189,7 +192,7 @@ async def open_run(
     journal: Journal | str | os.PathLike[str] | None = None,
     runner: ChildRunner | None = None,
     log_dir: str | os.PathLike[str] | None = None,
-) -> AsyncIterator[RunHandle]:
+) -> AsyncIterator[RunHandle[T]]:
     """Start ``agent`` on ``prompt`` and yield a :class:`RunHandle`.
 
     ``model`` is the default for agents that name none; ``limits`` and ``policy`` apply to the
@@ -349,6 +352,7 @@ def _prepare(
         runner=runner,
     )
     state.models = tree.models()  # once per agent, before any call
+    check_native_models(tree, state.models, state.default_model)
     # The SQLite journal's modules (and sqlite3) load here, for a run that keeps a journal only.
     if isinstance(journal, str | os.PathLike):  # a new journal file, closed when the run ends
         from .resume import open_journal
@@ -366,7 +370,7 @@ def _prepare(
 
 
 async def run(
-    agent: Agent,
+    agent: Agent[T],
     prompt: str,
     *,
     model: Model | str | None = None,
@@ -381,7 +385,7 @@ async def run(
     journal: Journal | str | os.PathLike[str] | None = None,
     runner: ChildRunner | None = None,
     log_dir: str | os.PathLike[str] | None = None,
-) -> RunResult:
+) -> RunResult[T]:
     """Run ``agent`` on ``prompt`` to its end and return the result tree.
 
     The options are :func:`open_run`'s; no events are published (nobody could read them).
@@ -407,7 +411,7 @@ async def run(
 
 
 def run_sync(
-    agent: Agent,
+    agent: Agent[T],
     prompt: str,
     *,
     model: Model | str | None = None,
@@ -422,7 +426,7 @@ def run_sync(
     journal: Journal | str | os.PathLike[str] | None = None,
     runner: ChildRunner | None = None,
     log_dir: str | os.PathLike[str] | None = None,
-) -> RunResult:
+) -> RunResult[T]:
     """:func:`run` under ``trio.run``, then a bounded flush of the tracer provider's spans."""
     if _in_trio():
         raise ConfigurationError(

@@ -86,7 +86,8 @@ class ChildSpec:
 @record
 class ChildOutcome:
     """How a child ended, for its parent: its status, answer (or reason), usage and a summary
-    of what it had done (shown to the parent's model when it did not complete)."""
+    of what it had done (shown to the parent's model when it did not complete). ``output`` is
+    the text the parent's model reads: a typed child's JSON."""
 
     path: str
     status: RunStatus
@@ -202,7 +203,7 @@ class ParentSide:
         return ChildOutcome(
             path=child.path,
             status=status,
-            output=child.output,
+            output=child.output if child.output_json is None else child.output_json,
             error=child.error,
             usage=child.subtree_usage(),
             turns=child.turns,

@@ -360,7 +360,11 @@ def build_spawn_tool(subagents: tuple[Agent, ...]) -> Tool:
     building a tree per request (tools closing over a session, a user's key) keeps nothing of it.
     """
     names = tuple(a.name for a in subagents)
-    listing = "\n".join(f"- {a.name}: {a.description or a.instructions[:200]}" for a in subagents)
+    listing = "\n".join(
+        f"- {a.name}: {a.description or a.instructions[:200]}"
+        + ("" if a.output_spec is None else f" Returns {a.output_spec.describe()}.")
+        for a in subagents
+    )
     return _spawn_tool_for(names, listing)
 
 

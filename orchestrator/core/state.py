@@ -228,7 +228,12 @@ class AgentNode:
     status: RunStatus | None = None
     error: str | None = None
     error_without_content: str | None = None
-    output: str = ""
+    output: Any = ""
+    """The answer: text, or a typed agent's validated value (``None`` until it has one)."""
+    output_json: str | None = None
+    """A typed agent's answer as JSON (what its parent's model reads)."""
+    output_rejections: int = 0
+    """Typed answers rejected so far (bounded by ``limits.output_retries``)."""
     turns: int = 0
     started_at: float = 0.0
     in_flight: list[ToolResultBlock | None] | None = None
@@ -294,7 +299,7 @@ class AgentNode:
         self,
         status: RunStatus,
         error: str | None = None,
-        output: str = "",
+        output: Any = "",
         *,
         error_without_content: str | None = None,
     ) -> None:
@@ -328,7 +333,7 @@ class AgentNode:
         # a one-line reason, whatever the error text it quotes
         self.error = " ".join(redact(error).split()) if error else None
         self.error_without_content = error_without_content
-        self.output = output
+        self.output = output if self.agent.output_spec is None or output != "" else None
 
     def traced_error(self, capture: bool) -> str | None:
         """The reason spans record: without quoted content unless content capture is on."""
@@ -361,6 +366,7 @@ class AgentNode:
             turns=self.turns,
             run_id=run_id,
             turn_log=list(self.turn_log),
+            output_json=self.output_json,
         )
 
 

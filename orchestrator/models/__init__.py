@@ -21,6 +21,7 @@ from .base import resolve_model as resolve_model
 from .scripted import FunctionModel as FunctionModel
 from .scripted import ScriptedModel as ScriptedModel
 from .scripted import Step as Step
+from .scripted import final as final
 from .scripted import response as response
 from .scripted import text as text
 from .scripted import tool_call as tool_call
@@ -44,6 +45,7 @@ __all__ = [
     "ScriptedModel",
     "Step",
     "ToolSpec",
+    "final",
     "resolve_model",
     "response",
     "text",

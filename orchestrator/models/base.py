@@ -27,6 +27,7 @@ __all__ = [
     "ModelContext",
     "ModelRequest",
     "ModelResponse",
+    "OutputFormat",
     "ToolSpec",
     "resolve_model",
 ]
@@ -59,6 +60,22 @@ class ToolSpec:
 
 
 @record
+class OutputFormat:
+    """The typed answer an agent must give: its type's ``name`` and JSON ``schema`` (an object).
+
+    ``native``: the provider is asked for JSON of the schema and the final text must be it (a
+    model declares it can with ``supports_native_output = True``); otherwise the answer comes
+    as the input of the ``final_result`` tool, which is among the request's tools.
+    """
+
+    name: str
+    schema: Mapping[str, Any]
+    native: bool = False
+    wrapped: bool = False
+    """The type's schema is not an object: the value goes under ``"result"``."""
+
+
+@record
 class ModelRequest:
     """One GENERATE step: the assembled context for a model call."""
 
@@ -72,6 +89,8 @@ class ModelRequest:
     character class (``orchestrator.core.limits.text_units``; prose at characters / 4)."""
     assistant_turns: int = -1
     """Assistant messages in ``messages`` (``-1``: not counted; count them)."""
+    output: OutputFormat | None = None
+    """The typed answer the agent must give (``None``: text)."""
 
     def turn_index(self) -> int:
         """How many assistant turns the transcript holds (the step a script answers with)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, TypeAlias
 
@@ -24,10 +25,19 @@ from ..core.messages import (
 )
 from .base import ModelContext, ModelRequest, ModelResponse
 
-__all__ = ["FunctionModel", "ScriptedModel", "Step", "response", "text", "tool_call"]
+__all__ = ["FunctionModel", "ScriptedModel", "Step", "final", "response", "text", "tool_call"]
 
-Step: TypeAlias = str | Block | Sequence[Block | str] | ModelResponse
-"""One scripted reply: text (a string), a block, a list of them, or a whole response."""
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FinalAnswer:
+    """A typed agent's answer in a script (made by :func:`final`)."""
+
+    value: Any
+
+
+Step: TypeAlias = str | Block | FinalAnswer | Sequence[Block | str | FinalAnswer] | ModelResponse
+"""One scripted reply: text (a string), a block, a typed answer (:func:`final`), a list of
+them, or a whole response."""
 _UNSET_ID = ""
 
 
@@ -64,6 +74,40 @@ def tool_call(
     if id is not None and not isinstance(id, str):
         raise ConfigurationError(f"tool_call({name!r}, id=...) takes a string, got {_shown(id)}")
     return ToolUseBlock(id or _UNSET_ID, name, dict(args or {}))
+
+
+def final(value: Any) -> FinalAnswer:
+    """A typed agent's answer for a scripted reply, as a step or in a list step: a
+    ``final_result`` call with the value's JSON (wrapped as ``{"result": ...}`` when the
+    agent's type is not an object), or for an agent in native output mode that JSON as the
+    reply's text (as a provider's structured output would be)."""
+    return FinalAnswer(value)
+
+
+_FINAL_RESULT: Final = "final_result"  # core.output.FINAL_RESULT (its tests use final())
+
+
+def _answered(step: Any, request: ModelRequest) -> Any:
+    """``step`` with each :class:`FinalAnswer` made the block the request's agent answers with."""
+    if isinstance(step, FinalAnswer):
+        return _answer_block(step, request)
+    if isinstance(step, list | tuple) and any(isinstance(b, FinalAnswer) for b in step):
+        return [_answer_block(b, request) if isinstance(b, FinalAnswer) else b for b in step]
+    return step
+
+
+def _answer_block(answer: FinalAnswer, request: ModelRequest) -> Block:
+    from pydantic import TypeAdapter  # only for scripts that give typed answers
+
+    value = TypeAdapter(Any).dump_python(answer.value, mode="json")
+    output = request.output
+    if output is not None and output.wrapped:
+        value = {"result": value}
+    if output is not None and output.native:
+        return TextBlock(json.dumps(value, ensure_ascii=False))
+    if not isinstance(value, dict):  # a text agent given final(...): its call is refused
+        value = {"result": value}
+    return ToolUseBlock(_UNSET_ID, _FINAL_RESULT, value)
 
 
 _USAGE_FIELDS = tuple(f.name for f in dataclasses.fields(Usage))
@@ -177,6 +221,7 @@ def _finish(step: Any, request: ModelRequest) -> ModelResponse:
     The model name is left as the step gives it (usually empty): the chat span names the
     model that was asked when a reply does not say which answered.
     """
+    step = _answered(step, request)
     if isinstance(step, ModelResponse):
         resp = step
     elif isinstance(step, BLOCK_TYPES):
@@ -227,6 +272,8 @@ class ScriptedModel:
     """
 
     provider = "scripted"
+    supports_native_output = True
+    """In native output mode a ``final(...)`` step is answered as its JSON text."""
 
     def __init__(
         self,
@@ -285,6 +332,7 @@ class FunctionModel:
     """Answers with ``fn(request)`` (sync or async), which returns a step like a script's."""
 
     provider = "function"
+    supports_native_output = True
 
     def __init__(
         self,

@@ -375,6 +375,8 @@ def chat_request_attributes(
         "orchestrator.request.tools": len(request.tools),
         "orchestrator.request.estimated_input_tokens": request.input_tokens_estimate,
     }
+    if request.output is not None:  # a typed agent's answer is JSON (either mode)
+        attrs["gen_ai.output.type"] = "json"
     if capture:
         attrs["gen_ai.system_instructions"] = content_for_span(
             [{"type": "text", "content": request.system}]

@@ -447,6 +447,7 @@ def test_the_default_limits_are_the_pinned_ones():
         repeat_limit=3,
         tool_timeout=120,
         max_result_chars=100_000,
+        output_retries=2,
     )
     assert pinned == DEFAULT_LIMITS
 

@@ -86,6 +86,7 @@ def test_run_status_has_exactly_the_values_design_md_pins():
         "context_exceeded",
         "cancelled",
         "error",
+        "invalid_output",
     }
 
 
