@@ -60,6 +60,10 @@ from .tools import (
 __all__ = ["ASYNCIO_HOST", "execute"]
 
 _SHOWN_PROBLEMS = 10
+_SHOWN_PROBLEM_CHARS = 300
+"""An argument problem is cut past this many characters."""
+_SHOWN_SCHEMA_CHARS = 4_000
+"""An argument error quotes the tool's schema up to this size, and names it past it."""
 _logger = logging.getLogger(__name__)
 
 HostCall = typing.Callable[
@@ -317,12 +321,28 @@ def describe_validation_error(t: Tool, exc: pydantic.ValidationError) -> str:
     problems = []
     for err in errors[:_SHOWN_PROBLEMS]:
         loc = ".".join(str(p) for p in err["loc"]) or "(arguments)"
-        problems.append(f"{loc}: {err['msg']}")
+        problems.append(_cut_problem(f"{loc}: {err['msg']}"))
     if len(errors) > _SHOWN_PROBLEMS:
         problems.append(f"and {len(errors) - _SHOWN_PROBLEMS} more")
+    return f"invalid arguments for tool {t.name!r}: {'; '.join(problems)}. {_schema_hint(t)}"
+
+
+def _cut_problem(text: str) -> str:
+    """One problem, cut: a message may quote a long enum or the whole value."""
+    if len(text) <= _SHOWN_PROBLEM_CHARS:
+        return text
+    return f"{text[: _SHOWN_PROBLEM_CHARS - 40]}... ({len(text):,} characters in all)"
+
+
+def _schema_hint(t: Tool) -> str:
+    """The schema to fix a call against: quoted when short; a long one (a 20,000-value enum)
+    is in the tool's definition already, and quoting it at each bad call would bill it again."""
+    schema = canonical_json(t.input_schema)
+    if len(schema) <= _SHOWN_SCHEMA_CHARS:
+        return f"Call it again with arguments matching this schema: {schema}"
     return (
-        f"invalid arguments for tool {t.name!r}: {'; '.join(problems)}. "
-        f"Call it again with arguments matching this schema: {canonical_json(t.input_schema)}"
+        f"Call it again with arguments matching the tool's input schema (in its definition; "
+        f"{len(schema):,} characters, not repeated here)"
     )
 
 
@@ -331,7 +351,7 @@ def arguments_of(t: Tool, call: ToolUseBlock) -> dict[str, Any] | str:
     if type(call.input) is not dict and not isinstance(call.input, Mapping):
         return (
             f"arguments for tool {t.name!r} must be a JSON object, got {type(call.input).__name__}. "
-            f"Call it again with arguments matching this schema: {canonical_json(t.input_schema)}"
+            f"{_schema_hint(t)}"
         )
     try:
         return t.validate(call.input)

@@ -6,13 +6,23 @@ runtime treats it like any ``@tool``: the model sees the schema as given, and th
 checked against it before the handler runs, so a bad call is an ``is_error`` result the model
 can correct instead of a request the far side rejects, or worse, acts on.
 
-The check covers the JSON Schema vocabulary that tool schemas use (``type``, ``properties``,
-``required``, ``additionalProperties``, ``items``, ``prefixItems``, ``enum``, ``const``, the
-numeric and length bounds, ``pattern``, ``uniqueItems``, ``anyOf``, ``oneOf``, ``allOf``,
-``not`` and local ``$ref`` into ``$defs`` / ``definitions``). Keywords outside it (``format``,
-``if``/``then``, remote references...) are not enforced: the far side still checks them. The
-schema is compiled once, when the tool is built, so a call pays only for the checks its schema
-names; a schema the checker cannot read is a ConfigurationError then, not at the first call.
+Two checkers. The built-in one compiles the schema once, when the tool is built, into plain
+Python closures, so a call pays only for the checks its schema names (several times faster
+than a general validator: ``tests/benchmarks/bench_schema.py``). It covers the JSON Schema
+(draft 2020-12) vocabulary that tool schemas use: :data:`FAST_KEYWORDS`, checked against the
+official JSON-Schema-Test-Suite (``tests/core/test_schema_suite.py``). A schema that needs more
+(:data:`FALLBACK_KEYWORDS`: ``unevaluatedProperties``, ``$dynamicRef``, ``$anchor``, a nested
+``$id``, a ``$ref`` that is not a JSON pointer into the document, another draft's ``$schema``)
+is checked by ``jsonschema``'s validator for its draft instead, which comes with the ``mcp``
+extra; without it, building the tool is a ConfigurationError naming the keyword. Annotations
+(``format``, ``title``, ``default``, ``contentMediaType``...) are not enforced, as the draft says.
+
+Safe on any input: a schema the checker cannot read (a keyword with a value of the wrong kind,
+a ``$ref`` that points nowhere, a ``$ref`` cycle that never reaches a value, combinators whose
+references expand past :data:`_MAX_EXPANSION` checks per value) is a ConfigurationError when
+the tool is built, not at the first call; a check that fails anyway (a pattern Python rejects
+at match time, a recursion past the interpreter's limit) refuses the call with an ``is_error``
+result naming what happened, and the run goes on.
 """
 
 from __future__ import annotations
@@ -22,21 +32,64 @@ import inspect
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
+from fractions import Fraction
 from typing import Any, Final
+from urllib.parse import unquote
 
 import pydantic
 
 from .errors import ConfigurationError
 
-__all__ = ["SchemaCheck", "compile_schema", "schema_tool"]
+__all__ = [
+    "FALLBACK_KEYWORDS",
+    "FAST_KEYWORDS",
+    "SchemaCheck",
+    "compile_schema",
+    "schema_tool",
+]
 
 Problem = tuple[tuple[str | int, ...], str]
 """Where in the arguments (a path of keys and indexes) and what is wrong there."""
 SchemaCheck = Callable[[Any, tuple[str | int, ...], list[Problem]], None]
 """A compiled schema: appends the problems of a value, found at a path, to a list."""
 
+FAST_KEYWORDS: Final = frozenset(
+    {
+        "type", "enum", "const",
+        "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+        "minLength", "maxLength", "pattern",
+        "properties", "patternProperties", "additionalProperties", "required",
+        "propertyNames", "minProperties", "maxProperties", "dependentRequired",
+        "dependentSchemas",
+        "items", "prefixItems", "minItems", "maxItems", "uniqueItems",
+        "contains", "minContains", "maxContains",
+        "allOf", "anyOf", "oneOf", "not", "if", "then", "else",
+        "$ref", "$defs", "definitions",
+    }
+)  # fmt: skip
+"""The keywords the built-in checker enforces (a ``$ref`` as a JSON pointer into the schema)."""
+
+FALLBACK_KEYWORDS: Final = frozenset(
+    {
+        "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$dynamicAnchor",
+        "$recursiveRef", "$recursiveAnchor", "$anchor", "$id",
+    }
+)  # fmt: skip
+"""Keywords that send a schema to ``jsonschema`` (``$id`` only below the root), as do a
+``$ref`` that is not a JSON pointer into the document and a ``$schema`` of another draft."""
+
+_DRAFT_2020_12: Final = "https://json-schema.org/draft/2020-12/schema"
+
 _MAX_PROBLEMS: Final = 20
 """A check stops collecting past this many problems (the model is shown the first ten)."""
+
+_MAX_EXPANSION: Final = 10_000
+"""The most checks one value may take through combinators and references (a schema of
+``$ref``s each naming two others would otherwise double the work at every level)."""
+
+_MAX_MESSAGE: Final = 300
+"""A problem's wording is cut past this many characters (a validator's message may quote a
+20,000-value enum, or the whole value)."""
 
 _JSON_TYPES: Final[dict[str, Callable[[Any], bool]]] = {
     "object": lambda v: isinstance(v, Mapping),
@@ -51,6 +104,18 @@ _JSON_TYPES: Final[dict[str, Callable[[Any], bool]]] = {
     ),
 }
 
+# keywords whose subschemas apply to the same value (a $ref cycle through them never ends)
+_IN_PLACE: Final = ("allOf", "anyOf", "oneOf")
+_IN_PLACE_ONE: Final = ("not", "if", "then", "else")
+
+
+class _Unsupported(Exception):
+    """The schema needs a keyword the built-in checker does not compile."""
+
+    def __init__(self, keyword: str) -> None:
+        super().__init__(keyword)
+        self.keyword = keyword
+
 
 def _json_type(value: Any) -> str:
     """The JSON type a value would have, for a message."""
@@ -61,8 +126,21 @@ def _json_type(value: Any) -> str:
 
 
 def _shown(value: Any) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except Exception:  # a value of our caller's with a broken __repr__
+        text = f"<{type(value).__name__}>"
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _cut(message: str) -> str:
+    if len(message) <= _MAX_MESSAGE:
+        return message
+    return f"{message[: _MAX_MESSAGE - 40]}... ({len(message):,} characters in all)"
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 class _Compiler:
@@ -72,62 +150,135 @@ class _Compiler:
         self.root = root
         self.tool_name = tool_name
         self.refs: dict[str, SchemaCheck] = {}
+        self.targets: dict[str, Any] = {}
 
     def fail(self, why: str) -> ConfigurationError:
         return ConfigurationError(f"tool {self.tool_name!r}: its input schema {why}")
 
-    def ref(self, pointer: str) -> SchemaCheck:
+    def compile_root(self, schema: Any) -> SchemaCheck:
+        check = self.compile(schema)
+        self.check_expansion(schema)
+        return check
+
+    def resolve(self, pointer: str) -> Any:
+        if not pointer.startswith("#") or (len(pointer) > 1 and pointer[1] != "/"):
+            raise _Unsupported("$ref")  # another document, or an anchor: jsonschema's
+        target: Any = self.root
+        for raw in pointer[2:].split("/") if len(pointer) > 1 else ():
+            part = unquote(raw).replace("~1", "/").replace("~0", "~")
+            if isinstance(target, Mapping) and part in target:
+                target = target[part]
+            elif isinstance(target, list) and part.isdigit() and int(part) < len(target):
+                target = target[int(part)]
+            else:
+                raise self.fail(f"has a $ref that points nowhere: {pointer!r}")
+        return target
+
+    def ref(self, pointer: Any) -> SchemaCheck:
+        if not isinstance(pointer, str):
+            raise self.fail(f"has a $ref that is not a string: {_shown(pointer)}")
         if pointer in self.refs:
             return self.refs[pointer]
-        if not pointer.startswith("#"):
-            raise self.fail(f"has a $ref that is not local to it: {pointer!r}")
-        target: Any = self.root
-        for part in filter(None, pointer[1:].split("/")):
-            part = part.replace("~1", "/").replace("~0", "~")
-            if not isinstance(target, Mapping) or part not in target:
-                raise self.fail(f"has a $ref that points nowhere: {pointer!r}")
-            target = target[part]
+        target = self.resolve(pointer)
         checks: list[SchemaCheck] = []
 
         def deferred(value: Any, path: tuple[str | int, ...], out: list[Problem]) -> None:
             checks[0](value, path, out)  # compiled below; recursive schemas refer to themselves
 
         self.refs[pointer] = deferred
+        self.targets[pointer] = target
         checks.append(self.compile(target))
         return deferred
 
+    def check_expansion(self, root: Any) -> None:
+        """Refuse a ``$ref`` cycle that stays on one value (a -> b -> a: no check could end),
+        and references that multiply one value's checks past :data:`_MAX_EXPANSION`."""
+        sizes: dict[str, int] = {}
+        visiting: list[str] = []
+
+        def size(schema: Any) -> int:
+            if not isinstance(schema, Mapping):
+                return 1
+            total = 1
+            pointer = schema.get("$ref")
+            if isinstance(pointer, str) and pointer in self.targets:
+                total += of_ref(pointer)
+            for keyword in _IN_PLACE:
+                for option in schema.get(keyword) or ():
+                    total += size(option)
+            for keyword in _IN_PLACE_ONE:
+                if keyword in schema:
+                    total += size(schema[keyword])
+            for sub in (schema.get("dependentSchemas") or {}).values():
+                total += size(sub)
+            return min(total, _MAX_EXPANSION + 1)
+
+        def of_ref(pointer: str) -> int:
+            if pointer in visiting:
+                cycle = " -> ".join([*visiting[visiting.index(pointer) :], pointer])
+                raise self.fail(f"has a $ref cycle that never reaches a value: {cycle}")
+            if pointer not in sizes:
+                visiting.append(pointer)
+                sizes[pointer] = size(self.targets[pointer])
+                visiting.pop()
+            return sizes[pointer]
+
+        if size(root) > _MAX_EXPANSION:
+            raise self.fail(
+                f"makes more than {_MAX_EXPANSION:,} checks of one value (its references and "
+                f"combinators multiply each other)"
+            )
+        for pointer in list(self.targets):
+            if of_ref(pointer) > _MAX_EXPANSION:
+                raise self.fail(
+                    f"makes more than {_MAX_EXPANSION:,} checks of one value through {pointer!r}"
+                )
+
     def compile(self, schema: Any) -> SchemaCheck:
-        if schema is True or schema == {}:
+        if schema is True:
             return _accept
         if schema is False:
             return _refuse
         if not isinstance(schema, Mapping):
-            raise self.fail(f"has {_shown(schema)} where a schema (an object) belongs")
+            raise self.fail(f"has {_shown(schema)} where a schema (an object or a boolean) belongs")
+        for keyword in FALLBACK_KEYWORDS:
+            if keyword in schema and not (keyword == "$id" and schema is self.root):
+                raise _Unsupported(keyword)  # a nested $id changes what its $refs mean
+        if "$schema" in schema:
+            declared = schema["$schema"]
+            if not isinstance(declared, str) or declared.rstrip("#") != _DRAFT_2020_12:
+                raise _Unsupported("$schema")  # another draft's keywords mean other things
         checks: list[SchemaCheck] = []
         if "$ref" in schema:
-            checks.append(self.ref(str(schema["$ref"])))
+            checks.append(self.ref(schema["$ref"]))
         if "type" in schema:
             checks.append(self.types(schema["type"]))
         if "enum" in schema:
-            checks.append(_enum(list(schema["enum"])))
+            allowed = schema["enum"]
+            if not isinstance(allowed, list):
+                raise self.fail(f"has an enum that is not a list: {_shown(allowed)}")
+            checks.append(_enum(allowed))
         if "const" in schema:
             checks.append(_enum([schema["const"]]))
         checks.extend(self.numbers(schema))
         checks.extend(self.strings(schema))
-        if any(k in schema for k in ("properties", "required", "additionalProperties")):
+        if any(k in schema for k in _OBJECT_KEYWORDS):
             checks.append(self.object(schema))
-        if any(
-            k in schema for k in ("items", "prefixItems", "minItems", "maxItems", "uniqueItems")
-        ):
+        if any(k in schema for k in _ARRAY_KEYWORDS):
             checks.append(self.array(schema))
-        for keyword in ("anyOf", "oneOf", "allOf"):
+        for keyword in _IN_PLACE:
             if keyword in schema:
                 options = schema[keyword]
-                if not isinstance(options, Sequence) or not options:
+                if not isinstance(options, list) or not options:
                     raise self.fail(f"has {keyword} that is not a list of schemas")
                 checks.append(_combined(keyword, [self.compile(o) for o in options]))
         if "not" in schema:
             checks.append(_negated(self.compile(schema["not"])))
+        if "if" in schema:
+            then = self.compile(schema["then"]) if "then" in schema else None
+            otherwise = self.compile(schema["else"]) if "else" in schema else None
+            if then is not None or otherwise is not None:
+                checks.append(_conditional(self.compile(schema["if"]), then, otherwise))
         if not checks:
             return _accept
         if len(checks) == 1:
@@ -135,9 +286,12 @@ class _Compiler:
         return _all_of(checks)
 
     def types(self, declared: Any) -> SchemaCheck:
-        names = [declared] if isinstance(declared, str) else list(declared)
-        unknown = [n for n in names if n not in _JSON_TYPES]
-        if unknown or not names:
+        names = [declared] if isinstance(declared, str) else declared
+        if (
+            not isinstance(names, list)
+            or not names
+            or not all(isinstance(n, str) and n in _JSON_TYPES for n in names)
+        ):
             raise self.fail(f"names an unknown type {_shown(declared)}")
         tests = [_JSON_TYPES[n] for n in names]
         wanted = " or ".join(names)
@@ -150,43 +304,50 @@ class _Compiler:
 
         return check
 
+    def count(self, schema: Mapping[str, Any], keyword: str) -> int | None:
+        """A non-negative integer keyword (``2.0`` counts as 2, as the draft says)."""
+        if keyword not in schema:
+            return None
+        value = schema[keyword]
+        if _is_number(value) and value >= 0 and float(value).is_integer():
+            return int(value)
+        raise self.fail(f"has {keyword} {_shown(value)}, not a non-negative integer")
+
     def numbers(self, schema: Mapping[str, Any]) -> list[SchemaCheck]:
-        bounds: list[tuple[str, float, Callable[[float, float], bool]]] = []
+        bounds: list[tuple[str, Any, Callable[[Any, Any], bool], str]] = []
         for keyword, ok in (
             ("minimum", lambda v, b: v >= b),
             ("maximum", lambda v, b: v <= b),
             ("exclusiveMinimum", lambda v, b: v > b),
             ("exclusiveMaximum", lambda v, b: v < b),
-            ("multipleOf", lambda v, b: math.isclose(v / b, round(v / b))),
+            ("multipleOf", _multiple_of),
         ):
             if keyword in schema:
                 bound = schema[keyword]
-                if isinstance(bound, bool) or not isinstance(bound, int | float):
+                if not _is_number(bound) or not math.isfinite(bound):
                     raise self.fail(f"has {keyword} {_shown(bound)}, not a number")
-                bounds.append((keyword, bound, ok))
+                if keyword == "multipleOf" and bound <= 0:
+                    raise self.fail(f"has multipleOf {_shown(bound)}, not above 0")
+                exact = _exact(bound) if keyword == "multipleOf" else bound
+                bounds.append((keyword, exact, ok, _shown(bound)))
         if not bounds:
             return []
 
         def check(value: Any, path: tuple[str | int, ...], out: list[Problem]) -> None:
-            if isinstance(value, bool) or not isinstance(value, int | float):
+            if not _is_number(value):
                 return  # "type" says whether it must be a number
-            for keyword, bound, ok in bounds:
+            for keyword, bound, ok, shown in bounds:
                 if not ok(value, bound):
-                    out.append((path, f"{_shown(value)} fails {keyword} {bound}"))
+                    out.append((path, f"{_shown(value)} fails {keyword} {shown}"))
 
         return [check]
 
     def strings(self, schema: Mapping[str, Any]) -> list[SchemaCheck]:
-        low, high = schema.get("minLength"), schema.get("maxLength")
+        low, high = self.count(schema, "minLength"), self.count(schema, "maxLength")
         pattern = schema.get("pattern")
         if low is None and high is None and pattern is None:
             return []
-        try:
-            compiled = re.compile(pattern) if pattern is not None else None
-        except (re.error, TypeError) as exc:
-            raise self.fail(
-                f"has a pattern Python cannot read ({exc}): {_shown(pattern)}"
-            ) from None
+        compiled = self.pattern(pattern) if pattern is not None else None
 
         def check(value: Any, path: tuple[str | int, ...], out: list[Problem]) -> None:
             if not isinstance(value, str):
@@ -196,19 +357,46 @@ class _Compiler:
             if high is not None and len(value) > high:
                 out.append((path, f"at most {high} characters expected, got {len(value)}"))
             if compiled is not None and compiled.search(value) is None:
-                out.append((path, f"{_shown(value)} does not match the pattern {pattern!r}"))
+                out.append((path, f"{_shown(value)} does not match the pattern {_shown(pattern)}"))
 
         return [check]
 
+    def pattern(self, pattern: Any) -> re.Pattern[str]:
+        try:
+            return re.compile(pattern)
+        except (re.error, TypeError, ValueError, OverflowError, RecursionError) as exc:
+            raise self.fail(
+                f"has a pattern Python cannot read ({_cut(str(exc))}): {_shown(pattern)}"
+            ) from None
+
+    def schemas(self, schema: Mapping[str, Any], keyword: str) -> dict[str, SchemaCheck]:
+        found = schema.get(keyword) or {}
+        if not isinstance(found, Mapping):
+            raise self.fail(f"has {keyword} that is not an object")
+        return {str(k): self.compile(v) for k, v in found.items()}
+
+    def names(self, value: Any, keyword: str) -> list[str]:
+        if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
+            raise self.fail(f"has {keyword} {_shown(value)}, not a list of names")
+        return value
+
     def object(self, schema: Mapping[str, Any]) -> SchemaCheck:
-        properties = schema.get("properties") or {}
-        if not isinstance(properties, Mapping):
-            raise self.fail("has properties that are not an object")
-        fields = {str(k): self.compile(v) for k, v in properties.items()}
-        required = [str(r) for r in schema.get("required") or ()]
+        fields = self.schemas(schema, "properties")
+        patterns = [
+            (self.pattern(p), check)
+            for p, check in self.schemas(schema, "patternProperties").items()
+        ]
+        required = self.names(schema.get("required", []), "required")
         extra_schema = schema.get("additionalProperties", True)
         extra = None if extra_schema is True else self.compile(extra_schema)
         refuse_extra = extra_schema is False
+        key_check = self.compile(schema["propertyNames"]) if "propertyNames" in schema else None
+        low, high = self.count(schema, "minProperties"), self.count(schema, "maxProperties")
+        needs = schema.get("dependentRequired") or {}
+        if not isinstance(needs, Mapping):
+            raise self.fail("has dependentRequired that is not an object")
+        dependent_required = {str(k): self.names(v, "dependentRequired") for k, v in needs.items()}
+        dependent_schemas = self.schemas(schema, "dependentSchemas")
 
         def check(value: Any, path: tuple[str | int, ...], out: list[Problem]) -> None:
             if not isinstance(value, Mapping):
@@ -216,25 +404,58 @@ class _Compiler:
             for name in required:
                 if name not in value:
                     out.append(((*path, name), "a required argument is missing"))
+            if low is not None and len(value) < low:
+                out.append((path, f"at least {low} properties expected, got {len(value)}"))
+            if high is not None and len(value) > high:
+                out.append((path, f"at most {high} properties expected, got {len(value)}"))
             for key, item in value.items():
+                where = (*path, key)
                 field = fields.get(key)
                 if field is not None:
-                    field(item, (*path, key), out)
-                elif refuse_extra:
-                    out.append(((*path, key), "no such argument in the schema"))
-                elif extra is not None:
-                    extra(item, (*path, key), out)
+                    field(item, where, out)
+                matched = False
+                for compiled, pattern_check in patterns:
+                    if compiled.search(key) is not None:
+                        matched = True
+                        pattern_check(item, where, out)
+                if field is None and not matched:
+                    if refuse_extra:
+                        out.append((where, "no such argument in the schema"))
+                    elif extra is not None:
+                        extra(item, where, out)
+                if key_check is not None:
+                    before = len(out)
+                    key_check(key, where, out)
+                    if len(out) > before:
+                        del out[before:]
+                        out.append((where, f"the name {_shown(key)} is not allowed"))
+                if key in dependent_required:
+                    for name in dependent_required[key]:
+                        if name not in value:
+                            out.append(((*path, name), f"required when {key!r} is given"))
+                if key in dependent_schemas:
+                    dependent_schemas[key](value, path, out)
                 if len(out) >= _MAX_PROBLEMS:
                     return
 
         return check
 
     def array(self, schema: Mapping[str, Any]) -> SchemaCheck:
-        prefix = [self.compile(s) for s in schema.get("prefixItems") or ()]
+        prefix_schemas = schema.get("prefixItems", [])
+        if not isinstance(prefix_schemas, list):
+            raise self.fail("has prefixItems that is not a list of schemas")
+        prefix = [self.compile(s) for s in prefix_schemas]
         items_schema = schema.get("items", True)
         items = None if items_schema is True else self.compile(items_schema)
-        low, high = schema.get("minItems"), schema.get("maxItems")
-        unique = bool(schema.get("uniqueItems"))
+        low, high = self.count(schema, "minItems"), self.count(schema, "maxItems")
+        unique = schema.get("uniqueItems", False)
+        if not isinstance(unique, bool):
+            raise self.fail(f"has uniqueItems {_shown(unique)}, not a boolean")
+        contains = self.compile(schema["contains"]) if "contains" in schema else None
+        at_least = self.count(schema, "minContains")
+        at_most = self.count(schema, "maxContains")
+        if at_least is None:
+            at_least = 1
 
         def check(value: Any, path: tuple[str | int, ...], out: list[Problem]) -> None:
             if not isinstance(value, list | tuple):
@@ -250,10 +471,55 @@ class _Compiler:
                     items(item, (*path, i), out)
                 if len(out) >= _MAX_PROBLEMS:
                     return
-            if unique and len({_frozen(v) for v in value}) < len(value):
+            if unique and not _all_unique(value):
                 out.append((path, "the items must be unique"))
+            if contains is not None:
+                found = 0
+                for item in value:
+                    problems: list[Problem] = []
+                    contains(item, path, problems)
+                    found += not problems
+                if found < at_least:
+                    out.append((path, f"at least {at_least} item(s) must match 'contains'"))
+                elif at_most is not None and found > at_most:
+                    out.append((path, f"at most {at_most} item(s) may match 'contains'"))
 
         return check
+
+
+_OBJECT_KEYWORDS: Final = (
+    "properties",
+    "patternProperties",
+    "required",
+    "additionalProperties",
+    "propertyNames",
+    "minProperties",
+    "maxProperties",
+    "dependentRequired",
+    "dependentSchemas",
+)
+_ARRAY_KEYWORDS: Final = (
+    "items",
+    "prefixItems",
+    "minItems",
+    "maxItems",
+    "uniqueItems",
+    "contains",
+    "minContains",
+    "maxContains",
+)
+
+
+def _exact(number: float) -> Fraction:
+    """A JSON number as the exact decimal it was written as (``0.1`` is 1/10, not the binary
+    float nearest it), so ``multipleOf`` neither overflows nor misjudges by a rounding."""
+    return Fraction(repr(number)) if isinstance(number, float) else Fraction(number)
+
+
+def _multiple_of(value: Any, step: Fraction) -> bool:
+    if isinstance(value, float) and not math.isfinite(value):
+        return False
+    return (_exact(value) / step).denominator == 1
 
 
 def _accept(value: Any, path: tuple[str | int, ...], out: list[Problem]) -> None:
@@ -275,9 +541,19 @@ def _frozen(value: Any) -> Any:
     return value
 
 
+def _all_unique(values: Sequence[Any]) -> bool:
+    try:
+        return len({_frozen(v) for v in values}) == len(values)
+    except TypeError:  # something unhashable that JSON does not have: compare pairwise
+        frozen = [_frozen(v) for v in values]
+        return all(a != b for i, a in enumerate(frozen) for b in frozen[i + 1 :])
+
+
 def _enum(allowed: list[Any]) -> SchemaCheck:
     frozen = {_frozen(v) for v in allowed}
     shown = ", ".join(_shown(v) for v in allowed[:10])
+    if len(allowed) > 10:
+        shown += f" (and {len(allowed) - 10:,} more)"
 
     def check(value: Any, path: tuple[str | int, ...], out: list[Problem]) -> None:
         try:
@@ -285,7 +561,10 @@ def _enum(allowed: list[Any]) -> SchemaCheck:
                 return
         except TypeError:  # unhashable inside: not one of them
             pass
-        out.append((path, f"{_shown(value)} is not one of: {shown}"))
+        if len(allowed) == 1:
+            out.append((path, f"{_shown(value)} is not the allowed value {shown}"))
+        else:
+            out.append((path, f"{_shown(value)} is not one of: {shown}"))
 
     return check
 
@@ -328,6 +607,19 @@ def _negated(inner: SchemaCheck) -> SchemaCheck:
     return check
 
 
+def _conditional(
+    condition: SchemaCheck, then: SchemaCheck | None, otherwise: SchemaCheck | None
+) -> SchemaCheck:
+    def check(value: Any, path: tuple[str | int, ...], out: list[Problem]) -> None:
+        problems: list[Problem] = []
+        condition(value, path, problems)
+        chosen = otherwise if problems else then
+        if chosen is not None:
+            chosen(value, path, out)
+
+    return check
+
+
 def _all_of(checks: list[SchemaCheck]) -> SchemaCheck:
     def check(value: Any, path: tuple[str | int, ...], out: list[Problem]) -> None:
         for one in checks:
@@ -336,10 +628,52 @@ def _all_of(checks: list[SchemaCheck]) -> SchemaCheck:
     return check
 
 
-def compile_schema(schema: Any, tool_name: str = "?") -> SchemaCheck:
-    """``schema`` compiled into a check; raises ConfigurationError naming ``tool_name`` if the
-    checker cannot read it."""
-    return _Compiler(schema if isinstance(schema, Mapping) else {}, tool_name).compile(schema)
+def _fallback(schema: Any, tool_name: str, keyword: str) -> SchemaCheck:
+    """``schema`` checked by ``jsonschema`` (the validator for its ``$schema``, else draft
+    2020-12), for what the built-in checker does not compile."""
+    try:
+        from jsonschema import (  # type: ignore[import-untyped, import-not-found, unused-ignore]
+            exceptions,
+            validators,
+        )
+    except ImportError:
+        raise ConfigurationError(
+            f"tool {tool_name!r}: its input schema uses {keyword}, which the built-in checker "
+            f"does not enforce; checking it needs jsonschema: pip install 'orchestrator[mcp]'"
+        ) from None
+    cls = validators.validator_for(schema, default=validators.Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except exceptions.SchemaError as exc:
+        raise ConfigurationError(
+            f"tool {tool_name!r}: its input schema is not valid JSON Schema: {_cut(exc.message)}"
+        ) from None
+    validator = cls(schema)
+
+    def check(value: Any, path: tuple[str | int, ...], out: list[Problem]) -> None:
+        for error in validator.iter_errors(value):
+            out.append(((*path, *error.absolute_path), _cut(error.message)))
+            if len(out) >= _MAX_PROBLEMS:
+                return
+
+    return check
+
+
+def compile_schema(schema: Any, tool_name: str = "?", *, fallback: bool = True) -> SchemaCheck:
+    """``schema`` compiled into a check; raises ConfigurationError naming ``tool_name`` if it
+    cannot be used. What the built-in checker does not compile goes to ``jsonschema`` (with
+    ``fallback=False``: a ConfigurationError naming the keyword)."""
+    compiler = _Compiler(schema if isinstance(schema, Mapping) else {}, tool_name)
+    try:
+        return compiler.compile_root(schema)
+    except _Unsupported as exc:
+        if not fallback:
+            raise compiler.fail(
+                f"uses {exc.keyword}, which the built-in checker does not enforce"
+            ) from None
+        return _fallback(schema, tool_name, exc.keyword)
+    except RecursionError:
+        raise compiler.fail("is nested too deeply to be read") from None
 
 
 def _input_check(schema: Any, tool_name: str) -> SchemaCheck:
@@ -357,6 +691,17 @@ def _input_check(schema: Any, tool_name: str) -> SchemaCheck:
             f"got type {_shown(declared)}"
         )
     return compile_schema(schema, tool_name)
+
+
+def unchecked(exc: Exception) -> Problem:
+    """The one problem of arguments whose check failed itself (a recursion past the
+    interpreter's limit, a pattern Python rejects at match time): the call is refused, never
+    run unchecked, and the run goes on."""
+    return (
+        (),
+        f"the arguments could not be checked against the tool's schema "
+        f"({type(exc).__name__}: {_cut(str(exc))}); the call was not run",
+    )
 
 
 def validation_error(tool_name: str, problems: list[Problem]) -> pydantic.ValidationError:
@@ -387,9 +732,14 @@ def schema_tool(
         raise ConfigurationError(f"tool {name!r}: the handler must be callable, got {handler!r}")
     if not isinstance(description, str):
         raise ConfigurationError(f"tool {name!r}: the description must be a string")
-    schema = (
-        copy.deepcopy(dict(input_schema)) if isinstance(input_schema, Mapping) else input_schema
-    )
+    try:
+        schema = (
+            copy.deepcopy(dict(input_schema)) if isinstance(input_schema, Mapping) else input_schema
+        )
+    except RecursionError:
+        raise ConfigurationError(
+            f"tool {name!r}: its input schema is nested too deeply to be read"
+        ) from None
     check = _input_check(schema, name)
     is_async = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
         getattr(handler, "__call__", None)  # noqa: B004 - objects with an async __call__

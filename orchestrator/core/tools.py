@@ -317,7 +317,12 @@ class SchemaTool(Tool):
         if type(arguments) is RefusedInput:
             return super().validate(arguments)  # the nesting refusal, worded once
         problems: list[Any] = []
-        self._check(arguments, (), problems)
+        try:
+            self._check(arguments, (), problems)
+        except Exception as exc:  # the check failed itself: refused, never run unchecked
+            from .schema import unchecked
+
+            problems.append(unchecked(exc))
         if problems:
             from .schema import validation_error
 
