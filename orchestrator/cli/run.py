@@ -543,6 +543,8 @@ def _launch(
         progress = "none" if quiet else ("live" if sys.stderr.isatty() else "plain")
         started = time.perf_counter()
         result: RunResult | None = None
+        crash: BaseException | None = None
+        kept = False
         try:
             result = trio.run(
                 lambda: _run_tree(
@@ -562,11 +564,18 @@ def _launch(
             )
         except ConfigurationError as exc:
             raise UsageError(str(exc)) from None
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # a bug, ours or a BaseException of user code: reported
+            crash = exc
         finally:
             if journal is not None:
+                kept = bool(journal_plan and journal_plan.resume) or _recorded(journal)
                 journal.close()
-                if result is None and journal_plan is not None and not journal_plan.resume:
-                    journal.discard()  # the run never started: nothing to resume
+                if result is None and not kept:
+                    journal.discard()  # nothing recorded: nothing to resume
+        if crash is not None or result is None:
+            return _crashed(crash, args, run_id, journal.path if journal and kept else None)
         wall = time.perf_counter() - started
         if _mcp_did_not_start(result, mcp_names):  # bad input on the command line: exit 2
             raise UsageError(str(result.error))
@@ -599,6 +608,40 @@ def _launch(
 
     finally:
         setup.shutdown()
+
+
+def _recorded(journal: SQLiteJournal) -> bool:
+    """Whether the journal recorded anything of the run (a response or a tool call): then a
+    crash must not delete it. Kept when it cannot be read (better a journal too many)."""
+    try:
+        return any(journal.counts().values())
+    except Exception:
+        return True
+
+
+def _crashed(
+    crash: BaseException | None, args: argparse.Namespace, run_id: str, journal: Path | None
+) -> int:
+    """A run that ended by an internal error: its traceback (for a bug report), then one line
+    saying so and what became of the journal; the exit code of status ``error``."""
+    import traceback
+
+    err = sys.stderr
+    secrets = secret_values()
+    if crash is not None:
+        text = "".join(traceback.format_exception(crash))
+        err.write(terminal_safe(redact(text, secrets), multiline=True))
+    what = f"{type(crash).__name__}: {crash}" if crash is not None else "no result"
+    reason = f"internal error ({what})"
+    if journal is not None:
+        where = f"the journal is kept: resume with `orchestrator resume {run_id}`"
+    else:
+        where = "nothing was recorded, so no journal is kept"
+    if args.json:
+        payload = {"run_id": run_id, "status": RunStatus.ERROR.value, "error": reason}
+        _write_stdout(json.dumps(_redacted(payload, secrets)) + "\n")
+    err.write(terminal_safe(redact(f"run ended with error: {reason}; {where}", secrets)) + "\n")
+    return EXIT_CODES[RunStatus.ERROR]
 
 
 def _approve_mode(args: argparse.Namespace) -> str:
