@@ -337,6 +337,27 @@ _TOO_DEEP = ValueError(
 )
 
 
+def unique_call_ids(content: tuple[Block, ...]) -> tuple[Block, ...]:
+    """The blocks with every tool call's id unique: the first call with an id keeps it, a
+    later one gets ``id~2`` (``~3``...: the first suffix no call of the reply has). Worked out
+    from the reply alone, so a reply replayed from a journal gets the same ids again."""
+    given = {b.id for b in content if isinstance(b, ToolUseBlock)}
+    taken: set[str] = set()
+    out: list[Block] = []
+    for block in content:
+        if isinstance(block, ToolUseBlock):
+            new_id = block.id
+            if new_id in taken:
+                n = 2
+                while f"{block.id}~{n}" in given or f"{block.id}~{n}" in taken:
+                    n += 1
+                new_id = f"{block.id}~{n}"
+                block = dataclasses.replace(block, id=new_id)
+            taken.add(new_id)
+        out.append(block)
+    return tuple(out)
+
+
 def admit_response(response: ModelResponse) -> ModelResponse:
     """A model's reply as the runtime takes it in: where every reply enters, before anything
     (spans, the transcript, the repeat guard, the next request) walks it.
@@ -344,7 +365,9 @@ def admit_response(response: ModelResponse) -> ModelResponse:
     A tool call whose input nests past :data:`MAX_NESTING` keeps its id and name with a
     :class:`RefusedInput` in place of its input, which validation answers with an ``is_error``
     result naming the limit (the model can send flatter arguments). Usage is clamped
-    (:func:`clamp_usage`). A reply that is not made of what a reply holds (text, thinking and
+    (:func:`clamp_usage`). Tool-call ids are made unique within the reply
+    (:func:`unique_call_ids`): the journal keys a call by (agent, turn, id), and a stateless API
+    pairs each call with its result by id in the next request. A reply that is not made of what a reply holds (text, thinking and
     tool-use blocks with string fields, a string ``stop_reason``, a ``Usage``) raises
     ``TypeError`` saying what is wrong: the caller ends the agent with ``error``, as for any
     broken adapter. The reply itself is returned when nothing needs changing.
@@ -355,6 +378,7 @@ def admit_response(response: ModelResponse) -> ModelResponse:
         content = tuple(content)
     deep = False
     flat = _FLAT_VALUES
+    ids: list[str] = []
     for block in content:
         kind = block.__class__
         if kind is TextBlock:
@@ -363,6 +387,7 @@ def admit_response(response: ModelResponse) -> ModelResponse:
         elif kind is ToolUseBlock:
             if block.id.__class__ is not str or block.name.__class__ is not str:  # type: ignore[union-attr]
                 _check_block(block)
+            ids.append(block.id)  # type: ignore[union-attr]
             arguments = block.input  # type: ignore[union-attr]
             if arguments.__class__ is dict:
                 for value in arguments.values():  # most arguments: plain values, one level
@@ -375,6 +400,8 @@ def admit_response(response: ModelResponse) -> ModelResponse:
             _check_block(block)
     if deep:
         content = tuple(_admitted_block(b) for b in content)
+    if len(ids) > 1 and len(set(ids)) < len(ids):
+        content = unique_call_ids(content)
     if response.stop_reason.__class__ is not str and not isinstance(response.stop_reason, str):
         raise TypeError(
             f"the model's reply has stop_reason {_what(response.stop_reason)}, not a string"

@@ -923,3 +923,49 @@ async def test_parallel_requests_share_one_client(server: FakeChatServer) -> Non
 def test_the_sdk_is_the_one_the_extra_installs() -> None:
     major = int(openai.__version__.split(".")[0])
     assert major >= 1, openai.__version__
+
+
+async def test_calls_sharing_an_id_get_unique_ids_and_the_next_request_pairs_each_result(
+    server: FakeChatServer,
+) -> None:
+    # a server that repeats an id in one reply: a stateless API pairs a call with its result
+    # by id inside the next request, so repeated ids could not be paired (the fake server,
+    # like OpenAI, refuses a tool message that answers no pending call)
+    paid: list[str] = []
+
+    @tool
+    def pay(who: str) -> str:
+        """Pay someone."""
+        paid.append(who)
+        return f"paid {who}"
+
+    server.push(
+        tool_calls(("pay", {"who": "alice"}), ("pay", {"who": "bob"}), ids=["call_1", "call_1"]),
+        text("both paid"),
+    )
+    result = await run(Agent("w", "Pay.", model=model_for(server), tools=[pay]), "go")
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert sorted(paid) == ["alice", "bob"]
+    check_transcript(result.messages)
+    sent = server.bodies[1]["messages"]
+    assert [c["id"] for c in sent[2]["tool_calls"]] == ["call_1", "call_1~2"]
+    assert [(m["tool_call_id"], m["content"]) for m in sent[3:5]] == [
+        ("call_1", "paid alice"),
+        ("call_1~2", "paid bob"),
+    ]
+
+
+async def test_unique_ids_from_the_server_go_back_to_it_unchanged(server: FakeChatServer) -> None:
+    @tool
+    def pay(who: str) -> str:
+        """Pay someone."""
+        return f"paid {who}"
+
+    server.push(
+        tool_calls(("pay", {"who": "alice"}), ("pay", {"who": "bob"}), ids=["call_a", "call_b"]),
+        text("both paid"),
+    )
+    result = await run(Agent("w", "Pay.", model=model_for(server), tools=[pay]), "go")
+    assert result.status is RunStatus.COMPLETED, result.error
+    sent = server.bodies[1]["messages"]
+    assert [c["id"] for c in sent[2]["tool_calls"]] == ["call_a", "call_b"]
