@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -148,7 +149,10 @@ class Connection:
         folder = self.run.log_dir
         folder.mkdir(parents=True, exist_ok=True)
         self.stderr_path = folder / f"{self.run.run_id}.mcp-{self.name}.stderr.log"
-        return self.stderr_path.open("w", encoding="utf-8", errors="replace")
+        # the owner's only: a server may log the keys it was given
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
+        fd = os.open(self.stderr_path, flags, 0o600)
+        return open(fd, "w", encoding="utf-8", errors="replace")
 
     def _http_client(self, transport: _Http) -> httpx2.AsyncClient:
         async def remember_session(response: httpx2.Response) -> None:
@@ -358,7 +362,7 @@ class Connection:
         if isinstance(transport, _Stdio) and _leaf(exc, FileNotFoundError):
             why = f"its command {transport.command!r} was not found"
         elif isinstance(transport, _Http) and _leaf(exc, httpx2.ConnectError):
-            why = f"nothing answered at {transport.url}"
+            why = f"nothing answered at {transport.describe()}"
         elif _leaf(exc, MCPError):
             closed = any(
                 isinstance(e, MCPError) and e.code == types.CONNECTION_CLOSED for e in _leaves(exc)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import ConfigurationError
+from ..core.redact import hold_secrets, looks_secret, shown_url, url_secrets
 from ..core.tools import Tool
 from ..core.toolset import OfferedTool, Toolset, ToolsetFailed, ToolsetHost, ToolsetRun
 
@@ -63,7 +64,7 @@ class _Http:
     headers: Mapping[str, str] | None
 
     def describe(self) -> str:
-        return self.url
+        return shown_url(self.url)
 
 
 class MCPServer(Toolset):
@@ -138,6 +139,7 @@ class MCPServer(Toolset):
             isinstance(k, str) and isinstance(v, str) for k, v in env.items()
         ):
             raise ConfigurationError(f"MCP server {name!r}: env must map strings to strings")
+        _hold_secrets(env)
         return cls(
             name,
             _Stdio(command, tuple(args), dict(env) if env is not None else None, _path(cwd)),
@@ -163,6 +165,8 @@ class MCPServer(Toolset):
             isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
         ):
             raise ConfigurationError(f"MCP server {name!r}: headers must map strings to strings")
+        _hold_secrets(headers)
+        hold_secrets(*url_secrets(url))
         return cls(
             name, _Http(url, dict(headers) if headers is not None else None), timeout=timeout
         )
@@ -311,6 +315,17 @@ def server_from_spec(spec: str) -> MCPServer:
     if not words:
         raise ConfigurationError(f"--mcp {name}: the command is empty")
     return MCPServer.stdio(name, words[0], words[1:])
+
+
+def _hold_secrets(given: Mapping[str, str] | None) -> None:
+    """The secrets among a server's ``env`` or ``headers`` are redacted from then on, like the
+    environment's: values under names that say secret (``API_KEY``, ``Authorization``), with a
+    header's scheme (``Bearer``) stripped too, and passwords of URLs in any value."""
+    for key, value in (given or {}).items():
+        if looks_secret(key):
+            hold_secrets(value, value.partition(" ")[2].strip())
+        if "://" in value:
+            hold_secrets(*url_secrets(value))
 
 
 def _path(value: str | os.PathLike[str] | None) -> str | None:

@@ -104,10 +104,10 @@ class OtlpJsonLinesExporter(SpanExporter):
         if self._fd is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             flags = os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
-            try:
-                self._fd = os.open(self.path, flags | os.O_RDWR, 0o666)
+            try:  # the owner's only: captured content and errors may quote secrets
+                self._fd = os.open(self.path, flags | os.O_RDWR, 0o600)
             except PermissionError:  # a write-only file: no reading back its last byte
-                self._fd = os.open(self.path, flags | os.O_WRONLY, 0o666)
+                self._fd = os.open(self.path, flags | os.O_WRONLY, 0o600)
                 self._readable = False
                 self._cut = True  # unknown: a blank line costs nothing, a glued one a batch
         return self._fd

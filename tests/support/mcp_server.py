@@ -103,6 +103,12 @@ def build(variant: str, markers: Path) -> Any:
         raise ToolError(message)
 
     @server.tool()
+    def env(name: str) -> str:
+        """The value of one of the server's environment variables (server-everything's
+        get-env does the same)."""
+        return os.environ.get(name, "(unset)")
+
+    @server.tool()
     def refuse() -> str:
         """Answer with the JSON-RPC error -32000 (the code the SDK also uses for a closed
         connection)."""

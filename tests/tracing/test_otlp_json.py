@@ -7,6 +7,7 @@ import enum
 import http
 import json
 import math
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -177,6 +178,8 @@ async def test_a_trace_file_written_by_the_exporter_loads_and_keeps_every_span(
     file_exporter.shutdown()
     loaded = load_trace(path)
     assert sorted(s.span_id for s in loaded) == sorted(f"{s.context.span_id:016x}" for s in spans)
+    # the owner's only (captured content and errors may quote secrets), whatever the umask
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
 
 class Color(str, enum.Enum):  # noqa: UP042 - the mixin kind, whose str() is its name
