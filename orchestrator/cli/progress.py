@@ -13,6 +13,7 @@ at a time (agent path, tool, arguments), pausing the live view while it waits fo
 from __future__ import annotations
 
 import math
+import re
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -201,15 +202,26 @@ class LiveControl:
 
 
 _ARGS_SHOWN = 600
-"""Characters of a call's arguments shown in an approval question (the rest is cut)."""
+"""Characters of a call's arguments shown whole in an approval question; longer ones are
+shown as their first :data:`_ARGS_HEAD` and last :data:`_ARGS_TAIL` characters, with the count
+of those between (the person can answer ``v`` to see them all)."""
+_ARGS_HEAD = 360
+_ARGS_TAIL = 200
+_SPACES = re.compile(r" {12,}")
+"""A run of spaces long enough to push text out of sight is shown as its count."""
+_PROMPT = "  [y]es / [N]o / [a]ll: "
+_PROMPT_CUT = "  [y]es / [N]o / [a]ll / [v]iew all: "
 
 
 class TerminalApprover:
     """``--approve ask``: each call that needs approval is shown on ``out`` (agent path, tool,
-    arguments: redacted, control characters neutralized, long arguments cut) and answered on
-    ``answers`` (the terminal): ``y`` runs it, ``a`` runs it and every later call of the run,
-    anything else (an empty line, end of input) declines it. The runtime asks one call at a
-    time; the wait counts against the run's deadline, and a cancelled run abandons the read."""
+    arguments: redacted, control characters neutralized) and answered on ``answers`` (the
+    terminal): ``y`` runs it, ``a`` runs it and every later call of the run, ``v`` shows the
+    whole arguments and asks again, anything else (an empty line, end of input) declines it.
+    Nothing of the arguments is hidden without saying so: long arguments show their start and
+    their end with the count of characters between, and long runs of spaces as their count.
+    The runtime asks one call at a time; the wait counts against the run's deadline, and a
+    cancelled run abandons the read."""
 
     def __init__(
         self,
@@ -223,11 +235,24 @@ class TerminalApprover:
         self.approve_all = False
         self.secrets = secret_values()
 
+    def arguments(self, call: PendingCall) -> str:
+        """The whole arguments as shown: redacted, neutralized, long runs of spaces counted."""
+        args = terminal_safe(canonical_json(call.input), secrets=self.secrets)
+        return _SPACES.sub(lambda m: f"[{len(m.group()):,} spaces]", args)
+
     def question(self, call: PendingCall) -> str:
-        args = terminal_safe(canonical_json(call.input), limit=_ARGS_SHOWN, secrets=self.secrets)
+        args = self.arguments(call)
+        prompt = _PROMPT
+        if len(args) > _ARGS_SHOWN:
+            hidden = len(args) - _ARGS_HEAD - _ARGS_TAIL
+            args = (
+                f"{args[:_ARGS_HEAD]} …[{hidden:,} more characters; v shows them]… "
+                f"{args[-_ARGS_TAIL:]}"
+            )
+            prompt = _PROMPT_CUT
         path = terminal_safe(call.agent_path, secrets=self.secrets)
         name = terminal_safe(call.name, secrets=self.secrets)
-        return f"approve? {path} wants to run {name} {args}\n  [y]es / [N]o / [a]ll: "
+        return f"approve? {path} wants to run {name} {args}\n{prompt}"
 
     async def __call__(self, call: PendingCall) -> bool:
         if self.approve_all:
@@ -235,10 +260,20 @@ class TerminalApprover:
         if self.control is not None:
             self.control.pause()
         try:
-            self.out.write(self.question(call))
-            self.out.flush()
-            line: str = await trio.to_thread.run_sync(self.answers.readline, abandon_on_cancel=True)
-            answer = line.strip().lower()
+            question = self.question(call)
+            while True:
+                self.out.write(question)
+                self.out.flush()
+                line: str = await trio.to_thread.run_sync(
+                    self.answers.readline, abandon_on_cancel=True
+                )
+                answer = line.strip().lower()
+                if answer in ("v", "view") and line.endswith("\n"):
+                    name = terminal_safe(call.name, secrets=self.secrets)
+                    self.out.write(f"the whole arguments of {name}:\n")
+                    self.out.write(self.arguments(call) + "\n")
+                    continue
+                break
             if not line.endswith("\n"):  # end of input: show it as the answer
                 self.out.write("(no answer)\n")
             verdict = answer in ("y", "yes", "a", "all")
