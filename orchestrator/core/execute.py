@@ -387,17 +387,21 @@ async def execute(
             return error_result(call.id, message, limit, "ToolError")
         return _value_result(t, call, value, rt)
     attempt = 0
+    # tool_timeout bounds the call, retries included: a retry gets what is left of it, and a
+    # timeout is final (retrying it would multiply the timeout by the attempts)
+    deadline = trio.current_time() + rt.timeout
     while True:
-        outcome = await _attempt(t, args, kwargs, rt)
+        outcome = await _attempt(t, args, kwargs, rt, deadline)
         if isinstance(outcome, _Ok):
             return _value_result(t, call, outcome.value, rt)
         message = outcome.message
         if not outcome.final and attempt < t.max_retries:
             delay = min(0.25 * 2**attempt, 4.0) * (0.5 + random.random())
-            spans.record_retry(attempt + 1, outcome.kind, delay)
-            await trio.sleep(delay)
-            attempt += 1
-            continue
+            if trio.current_time() + delay < deadline:
+                spans.record_retry(attempt + 1, outcome.kind, delay)
+                await trio.sleep(delay)
+                attempt += 1
+                continue
         if attempt:
             message = f"{message} (failed after {attempt + 1} attempts)"
         return error_result(call.id, message, limit, outcome.kind)
@@ -447,8 +451,8 @@ class _Ok:
 
 @dataclass(frozen=True, slots=True)
 class _Failed:
-    """What the model reads, the kind of failure, and whether it is final (a ``ToolError``:
-    the tool's own last word, never retried)."""
+    """What the model reads, the kind of failure, and whether it is final (a ``ToolError``,
+    the tool's own last word, and a timeout, which used up the call's time: never retried)."""
 
     message: str
     kind: str
@@ -457,9 +461,10 @@ class _Failed:
 
 @tool_boundary  # the tool's own code runs unprotected from Ctrl-C (see cancellation.py)
 async def _attempt(
-    t: Tool, args: tuple[Any, ...], kwargs: dict[str, Any], rt: ToolRuntime
+    t: Tool, args: tuple[Any, ...], kwargs: dict[str, Any], rt: ToolRuntime, deadline: float
 ) -> _Ok | _Failed:
-    """One call: the value, or how it failed."""
+    """One call, to end by ``deadline`` (the call's, retries included): the value, or how it
+    failed (a timeout is final)."""
     timeout = rt.timeout
     limiter: _SeenLimiter | None = None
     try:
@@ -470,16 +475,15 @@ async def _attempt(
             host = ASYNCIO_HOST.get()
             if host is not None and not _runtime_owned(fn):  # hosted by orchestrator.aio
                 fn, args, kwargs = host, (fn, args, kwargs), {}
-            if timeout == math.inf:
+            if deadline == math.inf:
                 return _Ok(await fn(*args, **kwargs))
-            deadline = trio.current_time() + timeout
             with trio.move_on_at(deadline):
                 value = await fn(*args, **kwargs)
                 if trio.current_time() >= deadline:  # past it, and no checkpoint saw it
                     _held_past_timeout(t, timeout, deadline)
                 return _Ok(value)
         else:
-            with trio.move_on_after(timeout) if timeout < math.inf else contextlib.nullcontext():
+            with trio.move_on_at(deadline) if deadline < math.inf else contextlib.nullcontext():
                 limiter = _SeenLimiter(rt.thread_limiter)
                 try:
                     return _Ok(
@@ -516,6 +520,7 @@ async def _attempt(
                 f"tool {t.name!r} timed out after {timeout:g}s before it could start; it never "
                 "ran, so calling it again is safe",
                 "timeout",
+                final=True,
             )
         pool = rt.thread_limiter
         return _Failed(
@@ -523,11 +528,13 @@ async def _attempt(
             "threads for sync tools are busy (tools that timed out earlier may still hold them); "
             "it never ran, so calling it again later is safe",
             "no_worker_thread",
+            final=True,
         )
     return _Failed(
         f"tool {t.name!r} timed out after {timeout:g}s and was abandoned; "
         "try a smaller request or a different approach",
         "timeout",
+        final=True,
     )
 
 

@@ -969,18 +969,53 @@ async def test_a_tool_error_is_the_tools_final_word_and_is_not_retried(autojump_
     assert attempts == ["http://x"]
 
 
-async def test_an_idempotent_tool_that_times_out_is_retried(autojump_clock):
+async def test_an_idempotent_tool_that_times_out_is_not_retried(autojump_clock):
+    # three attempts would turn a 5 s tool_timeout into 15 s (the probe saw 15 s become 45 s)
+    attempts = []
+
+    @tool(idempotent=True, max_retries=2)
+    async def slow() -> str:
+        """Slow every time."""
+        attempts.append(trio.current_time())
+        await trio.sleep(100)
+        return "never"
+
+    start = trio.current_time()
+    _, res = await call_once(slow, limits=Limits(tool_timeout=5))
+    assert res.is_error and "timed out after 5s" in res.content
+    assert len(attempts) == 1
+    assert trio.current_time() - start == pytest.approx(5, abs=0.01)
+
+
+async def test_the_tool_timeout_covers_every_attempt_of_an_idempotent_tool(autojump_clock):
+    attempts = []
+
+    @tool(idempotent=True, max_retries=5)
+    async def flaky() -> str:
+        """Fails after 2 s, every time."""
+        attempts.append(trio.current_time())
+        await trio.sleep(2)
+        raise ConnectionError("reset by peer")
+
+    start = trio.current_time()
+    _, res = await call_once(flaky, limits=Limits(tool_timeout=5))
+    assert res.is_error
+    assert 2 <= len(attempts) <= 3  # retried, within the 5 s: not six attempts of 2 s
+    assert trio.current_time() - start <= 5 + 0.01
+
+
+async def test_an_idempotent_tool_that_fails_fast_is_retried_within_its_timeout(autojump_clock):
     attempts = []
 
     @tool(idempotent=True, max_retries=1)
-    async def slow() -> str:
-        """Slow the first time."""
+    async def flaky() -> str:
+        """Fails once, then answers."""
         attempts.append(1)
         if len(attempts) == 1:
-            await trio.sleep(100)
+            raise ConnectionError("reset by peer")
         return "fast now"
 
-    _, res = await call_once(slow, limits=Limits(tool_timeout=5))
+    _, res = await call_once(flaky, limits=Limits(tool_timeout=5))
     assert len(attempts) == 2
     assert res.content == "fast now"
 
