@@ -66,6 +66,7 @@ EXPORTS = {
         "AgentInfo",
         "AnthropicModel",
         "ClientPool",
+        "FallbackModel",
         "FunctionModel",
         "Model",
         "ModelContext",

@@ -73,6 +73,19 @@ def _provider_of(spec: str) -> str:
     return spec.partition(":")[0] if ":" in spec else ""
 
 
+def _reachable_part(spec: str, swapped: set[str]) -> str:
+    """``spec`` with the models of unreachable providers left out of a fallback chain
+    (``"a|b"``), or ``offline`` when none is left; the providers left out go in ``swapped``."""
+    kept = []
+    for part in spec.split("|"):
+        provider = _provider_of(part.strip())
+        if _unreachable(provider):
+            swapped.add(provider)
+        else:
+            kept.append(part.strip())
+    return "|".join(kept) if kept else "offline"
+
+
 def offline_providers(
     agent: Agent, default_model: str | None
 ) -> tuple[Agent, str | None, tuple[str, ...]]:
@@ -84,18 +97,17 @@ def offline_providers(
     object given its own key or base URL (``AnthropicModel(api_key=...)``, say from a secret
     store, or ``OpenAIModel(base_url=...)``) is kept: it can call its API, and a run that quietly
     answered offline would still "succeed". A default model of ``None`` becomes ``offline``
-    when the anthropic provider is offline (the CLI's default provider).
+    when the anthropic provider is offline (the CLI's default provider). A fallback chain
+    (``"anthropic:a|openai:b"``) keeps the models it can reach, and is offline only when it
+    can reach none.
     """
     swapped: set[str] = set()
 
     def swap(a: Agent) -> Agent:
         model = a.model
         if isinstance(model, str):
-            provider = _provider_of(model)
-            if _unreachable(provider):
-                swapped.add(provider)
-                return a.replace(model="offline")
-            return a
+            reachable = _reachable_part(model, swapped)
+            return a if reachable == model else a.replace(model=reachable)
         if model is None:
             return a
         provider = str(getattr(model, "provider", ""))
@@ -109,9 +121,8 @@ def offline_providers(
     if default_model is None:
         if _unreachable("anthropic"):
             default_model = "offline"
-    elif _unreachable(_provider_of(default_model)):
-        swapped.add(_provider_of(default_model))
-        default_model = "offline"
+    else:
+        default_model = _reachable_part(default_model, swapped)
     return agent, default_model, tuple(sorted(swapped))
 
 

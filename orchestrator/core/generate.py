@@ -15,7 +15,15 @@ from typing import Any
 
 from opentelemetry.trace import SpanKind
 
-from ..models.base import Model, ModelContext, ModelRequest, ModelResponse, ToolSpec
+from ..models.base import (
+    Model,
+    ModelContext,
+    ModelRequest,
+    ModelResponse,
+    ToolSpec,
+    fallback_chain,
+    passes_on,
+)
 from ..tracing import spans
 from .cancellation import checkpointed
 from .compaction import (
@@ -206,6 +214,7 @@ async def _generate(
     ctx = node.model_context or _model_context(run, node)
     node.model_context = ctx
     usage: Usage | None = None  # None: unknown, a call sent and cut may still be billed
+    passed: Usage | None = None  # what a fallback chain's failed attempts billed
     try:
         if not node.limiters.try_acquire():
             try:
@@ -215,43 +224,60 @@ async def _generate(
                 raise
         try:
             # the call in this frame, not a helper's: every agent waits here, and each frame
-            # on a waiting agent's stack is passed through twice per wait and walked by the GC
-            with spans.span(
-                run.tracer,
-                "chat",
-                model.name,
-                SpanKind.CLIENT,
-                partial(
-                    spans.chat_request_attributes,
-                    model.name,
-                    model.provider,
-                    request,
-                    run.run_id,
-                    run.capture,
-                )
-                if run.tracer
-                else None,
-                cut=partial(run.cut_outcome, node) if run.tracer else None,
-            ) as s:
-                response: ModelResponse | ContextFull | Ended
-                try:
-                    answered = await checkpointed(model.request(request, ctx), run.cut_answers)
-                    if not isinstance(answered, ModelResponse):
-                        raise TypeError(
-                            f"request() returned a {type(answered).__name__}, not a ModelResponse"
+            # on a waiting agent's stack is passed through twice per wait and walked by the GC.
+            # A fallback chain asks its models in turn, each attempt its own chat span.
+            chain = fallback_chain(model)
+            attempt = model if chain is None else chain[0]
+            while True:
+                with spans.span(
+                    run.tracer,
+                    "chat",
+                    attempt.name,
+                    SpanKind.CLIENT,
+                    partial(
+                        spans.chat_request_attributes,
+                        attempt.name,
+                        attempt.provider,
+                        request,
+                        run.run_id,
+                        run.capture,
+                    )
+                    if run.tracer
+                    else None,
+                    cut=partial(run.cut_outcome, node) if run.tracer else None,
+                ) as s:
+                    response: ModelResponse | ContextFull | Ended
+                    try:
+                        answered = await checkpointed(
+                            attempt.request(request, ctx), run.cut_answers
                         )
-                    answered = admit_response(answered)  # tool inputs bounded, usage clamped
-                except Exception as exc:
-                    response = _failed_call(node, run, s, exc)
-                    billed = getattr(exc, "usage", None) if isinstance(exc, ModelError) else None
-                    if isinstance(billed, Usage):  # answers billed, none usable
-                        usage = clamp_usage(billed)
-                        _bill(node, usage)
-                        spans.record_chat_usage(s, usage)
-                else:
-                    if run.tracer:
-                        spans.record_chat_response(s, answered, model.name, run.capture)
-                    response = answered
+                        if not isinstance(answered, ModelResponse):
+                            raise TypeError(
+                                f"request() returned a {type(answered).__name__}, "
+                                "not a ModelResponse"
+                            )
+                        answered = admit_response(answered)  # tool inputs bounded, usage clamped
+                    except Exception as exc:
+                        billed = (
+                            getattr(exc, "usage", None) if isinstance(exc, ModelError) else None
+                        )
+                        if isinstance(billed, Usage):  # answers billed, none usable
+                            usage = clamp_usage(billed)
+                            _bill(node, usage)
+                            spans.record_chat_usage(s, usage)
+                        if chain is not None and attempt is not chain[-1] and passes_on(exc):
+                            spans.record_outcome(s, getattr(exc, "kind", "error"), str(exc))
+                            if usage is not None:  # settled with the answer's, at the end
+                                passed = usage if passed is None else passed + usage
+                                usage = None
+                            attempt = chain[chain.index(attempt) + 1]
+                            continue
+                        response = _failed_call(node, run, s, exc)
+                    else:
+                        if run.tracer:
+                            spans.record_chat_response(s, answered, attempt.name, run.capture)
+                        response = answered
+                break
         finally:
             node.limiters.release()
         if usage is None:
@@ -262,7 +288,9 @@ async def _generate(
             usage = clamp_usage(cut.usage) if isinstance(cut, ModelResponse) else None
             if usage is not None:
                 _bill(node, usage)
-        node.ledger.settle(reservation, usage)
+        node.ledger.settle(
+            reservation, usage if usage is None or passed is None else usage + passed
+        )
     if not isinstance(response, ModelResponse):  # billed above if anything was billed
         return response
     _bill(node, usage)

@@ -18,6 +18,7 @@ from .base import ModelRequest as ModelRequest
 from .base import ModelResponse as ModelResponse
 from .base import ToolSpec as ToolSpec
 from .base import resolve_model as resolve_model
+from .fallback import FallbackModel as FallbackModel
 from .scripted import FunctionModel as FunctionModel
 from .scripted import ScriptedModel as ScriptedModel
 from .scripted import Step as Step
@@ -35,6 +36,7 @@ __all__ = [
     "AgentInfo",
     "AnthropicModel",
     "ClientPool",
+    "FallbackModel",
     "FunctionModel",
     "Model",
     "ModelContext",

@@ -12,15 +12,16 @@ from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, field
 from importlib import import_module
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Final, Protocol, TypeVar, runtime_checkable
 
 import trio
 
-from ..core.errors import ConfigurationError
+from ..core.errors import ConfigurationError, ModelError
 from ..core.messages import Block, Message, Usage
 from ..core.records import record
 
 __all__ = [
+    "PASSED_ON",
     "AgentInfo",
     "ClientPool",
     "Model",
@@ -29,6 +30,8 @@ __all__ = [
     "ModelResponse",
     "OutputFormat",
     "ToolSpec",
+    "fallback_chain",
+    "passes_on",
     "resolve_model",
 ]
 
@@ -189,6 +192,39 @@ class Model(Protocol):
         ...
 
 
+PASSED_ON: Final = frozenset(
+    {
+        "overloaded",
+        "api_error",
+        "rate_limit",
+        "timeout",
+        "connection",
+        "conflict",
+        "not_found",
+        "permission",
+        "authentication",
+        "billing",
+        "not_compatible",
+    }
+)
+"""The :class:`~orchestrator.errors.ModelError` kinds a chain passes to its next model: the provider's or the model's
+failures. Any other kind (``invalid_request``, ``context_exceeded``, ``request_too_large``, a
+test model's script errors, an adapter's own) ends the call as it would without a chain."""
+
+
+def passes_on(exc: BaseException) -> bool:
+    """Whether a fallback chain gives the request to its next model after ``exc``."""
+    return isinstance(exc, ModelError) and exc.kind in PASSED_ON
+
+
+def fallback_chain(model: Model) -> tuple[Model, ...] | None:
+    """The models a model passes a failed call on to, in order (a
+    :class:`~orchestrator.models.FallbackModel`'s ``fallback_chain``), else ``None``: the loop
+    asks each in turn, each attempt its own ``chat`` span."""
+    chain = getattr(model, "fallback_chain", None)
+    return chain if isinstance(chain, tuple) and chain else None
+
+
 # The model-string registry: provider prefix -> (module, class). Adapters are imported when a
 # string names them, never before, so naming a model costs nothing until a run uses it.
 _PROVIDERS: Mapping[str, tuple[str, str]] = {
@@ -203,13 +239,19 @@ _NAMED: Mapping[str, tuple[str, str]] = {
 
 def resolve_model(spec: Model | str) -> Model:
     """A model from a :class:`Model` or a string: ``"anthropic:<name>"``, ``"openai:<name>"``,
-    ``"ollama:<name>"`` or ``"offline"``."""
+    ``"ollama:<name>"`` or ``"offline"``; ``"a|b"`` is a :class:`~.fallback.FallbackModel` of
+    the models named."""
     if not isinstance(spec, str):
         if not isinstance(spec, Model):
             raise ConfigurationError(
                 f"not a model: {spec!r} (use a Model, 'anthropic:<name>' or 'openai:<name>')"
             )
         return spec
+    if "|" in spec:  # a fallback chain: "anthropic:claude-sonnet-5-5|openai:gpt-4.1"
+        from .fallback import FallbackModel
+
+        first, *rest = (part.strip() for part in spec.split("|"))
+        return FallbackModel(first, *rest)
     provider, _, name = spec.partition(":")
     if provider in _PROVIDERS and name.strip():
         module, cls = _PROVIDERS[provider]

@@ -250,6 +250,22 @@ def test_offline_providers_keeps_models_that_can_reach_their_endpoint(
     assert default == "openai:gpt-4.1" and providers == ("anthropic",)
 
 
+def test_a_fallback_chain_keeps_the_models_it_can_reach_and_is_offline_only_without_any(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    chain = "anthropic:claude-sonnet-5-5|openai:gpt-4.1"
+    lead = Agent("lead", "x", model=chain)
+    tree, default, providers = offline_providers(lead, chain)
+    assert tree.model == "offline" and default == "offline"
+    assert providers == ("anthropic", "openai")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    tree, default, providers = offline_providers(lead, chain)
+    assert tree.model == "openai:gpt-4.1" and default == "openai:gpt-4.1"
+    assert providers == ("anthropic",)
+
+
 def test_bad_cli_values_for_the_new_options_are_one_line_errors(
     tmp_path: Path, orchestrator: Callable[..., CliRun]
 ) -> None:
