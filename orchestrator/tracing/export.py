@@ -1,9 +1,10 @@
 """A saved run sent to a collector later (``orchestrator trace export``), over OTLP/HTTP or gRPC.
 
 Each line of a trace file is decoded back into the ``ExportTraceServiceRequest`` it was made
-from (:func:`~.otlp_json.decode_otlp_json`) and sent as one request, so the run arrives as if it
-had been exported live; a damaged line is skipped and reported, the others are sent. protobuf
-and grpc are imported only while sending.
+from (:func:`~.otlp_json.decode_otlp_json`) and sent as one request, or several when it is
+over what a receiver takes (:mod:`.batches`), so the run arrives as if it had been exported
+live; a damaged line is skipped and reported, the others are sent. protobuf and grpc are
+imported only while sending.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from ..core.errors import OrchestratorError
+from .batches import split_request
 from .endpoints import resolve_otlp_endpoint, resolve_protocol
 from .otlp_json import decode_otlp_json
 from .tracefiles import DamagedLine, damage_note, read_docs, unreadable
@@ -81,10 +83,14 @@ def _send_http(url: str, body: bytes, headers: Mapping[str, str], timeout: float
 
 @dataclass(frozen=True, slots=True)
 class SentTrace:
-    """What :func:`send_trace` sent: ``spans``, and the ``damaged`` lines it skipped."""
+    """What :func:`send_trace` sent: ``spans``, the ``damaged`` lines it skipped, the
+    ``trace_ids`` the spans belong to (hex, in the order first sent) and the bytes of the
+    ``largest_request``."""
 
     spans: int
     damaged: tuple[DamagedLine, ...] = ()
+    trace_ids: tuple[str, ...] = ()
+    largest_request: int = 0
 
     @property
     def damage_note(self) -> str | None:
@@ -136,7 +142,8 @@ def send_trace(
     lines skipped (a batch cut off by a full disk or a killed writer costs only itself).
 
     Each line of the file is decoded back into the ``ExportTraceServiceRequest`` it was made
-    from and sent as one request, so trace and span ids, timestamps, resource and typed
+    from and sent as one request (or several, when it is over
+    :data:`~.batches.MAX_REQUEST_BYTES`), so trace and span ids, timestamps, resource and typed
     attributes arrive unchanged: the run shows up in Jaeger as if it had been exported live.
 
     ``endpoint`` is a base URL (``http://localhost:4318``; ``/v1/traces`` is added for HTTP) or
@@ -151,7 +158,17 @@ def send_trace(
     if url is None:
         raise TraceExportError("no OTLP endpoint: pass one or set OTEL_EXPORTER_OTLP_ENDPOINT")
     send_headers = dict(_headers_from_env() if headers is None else headers)
-    requests, damaged = _requests(path)
+    lines, damaged = _requests(path)
+    # a line is one batch of the run, which may be over what a receiver takes in one request
+    requests = [part for line in lines for part in split_request(line)]
+    trace_ids = dict.fromkeys(
+        span.trace_id.hex()
+        for request in requests
+        for rs in request.resource_spans
+        for ss in rs.scope_spans
+        for span in ss.spans
+    )
+    largest = max((request.ByteSize() for request in requests), default=0)
     sent = rejected = 0
     if proto == "grpc":
         import grpc  # type: ignore[import-untyped, unused-ignore]
@@ -187,4 +204,4 @@ def send_trace(
             sent += sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
     if rejected:
         raise TraceExportError(f"{url}: the collector rejected {rejected} of {sent} spans")
-    return SentTrace(sent, tuple(damaged))
+    return SentTrace(sent, tuple(damaged), tuple(trace_ids), largest)

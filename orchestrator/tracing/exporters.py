@@ -13,13 +13,14 @@ the OTLP exporter modules load only when one is built.
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, cast
 
@@ -28,6 +29,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
+from .batches import sized_parts
 from .direct import MAX_ATTRIBUTES, MAX_EVENTS, MAX_LINKS, DirectSpan, DirectTracer
 from .endpoints import Protocol
 from .otlp_json import encode_direct_json, encode_otlp_json, encode_spans_json
@@ -202,13 +204,32 @@ class _CountingExporter(SpanExporter):
             self.failed += failed
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:  # and direct spans
-        n = len(spans)
+        inner = self.inner
+        if not isinstance(inner, _SizedRequests):
+            return self._deliver(len(spans), lambda: inner.export(spans))
+        if self._given_up():  # nothing to encode for
+            return self._deliver(len(spans), lambda: SpanExportResult.FAILURE)
+        try:  # requests of a bounded size, each counted as it fares
+            parts = inner.requests(spans)
+        except Exception:
+            _logger.exception("%s span exporter could not encode a batch", self.kind)
+            return self._deliver(len(spans), lambda: SpanExportResult.FAILURE)
+        results = [self._deliver(n, functools.partial(inner.send, request)) for n, request in parts]
+        failed = SpanExportResult.FAILURE in results
+        return SpanExportResult.FAILURE if failed else SpanExportResult.SUCCESS
+
+    def _given_up(self) -> bool:
+        return self.give_up_at is not None and time.monotonic() >= self.give_up_at
+
+    def _deliver(self, n: int, send: Callable[[], SpanExportResult]) -> SpanExportResult:
+        """Send ``n`` spans with ``send``, counting how it went (at once a failure past the
+        shutdown deadline)."""
         self._count(handed=n)
-        if self.give_up_at is not None and time.monotonic() >= self.give_up_at:
+        if self._given_up():
             self._count(failed=n)
             return SpanExportResult.FAILURE
         try:
-            result = self.inner.export(spans)
+            result = send()
         except Exception:
             _logger.exception("%s span exporter raised", self.kind)
             result = SpanExportResult.FAILURE
@@ -217,8 +238,8 @@ class _CountingExporter(SpanExporter):
         else:
             self._count(failed=n)
             if self.give_up_at is not None:
-                # Shutting down and a batch just failed after its own retries: the rest would
-                # fail the same way, one timeout each. Give up on them now.
+                # Shutting down and a request just failed after its own retries: the rest
+                # would fail the same way, one timeout each. Give up on them now.
                 self.give_up_at = time.monotonic()
         return result
 
@@ -516,13 +537,10 @@ def _dispatch_for(provider: TracerProvider) -> _Dispatch:
 def _otlp_exporter(
     endpoint: str, protocol: Protocol, timeout: float
 ) -> tuple[SpanExporter, str | None]:
-    """The SDK's OTLP exporter for ``protocol``, and why its spans cannot take the direct road
-    (None: they can; OTLP/HTTP on an SDK that has the exporter's client)."""
+    """Our OTLP exporter for ``protocol`` (the SDK's, sending requests of a bounded size), and
+    why its spans cannot take the direct road (None: they can; OTLP/HTTP on an SDK that has
+    the exporter's client)."""
     if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
-            OTLPSpanExporter as GrpcExporter,
-        )
-
         insecure: bool | None = None
         if "://" not in endpoint:
             # No scheme: the exporter would assume TLS; for a bare host:port (the usual local
@@ -531,10 +549,10 @@ def _otlp_exporter(
                 "OTEL_EXPORTER_OTLP_INSECURE"
             )
             insecure = True if env is None else env.strip().lower() == "true"
-        grpc = cast(
-            SpanExporter, GrpcExporter(endpoint=endpoint, insecure=insecure, timeout=timeout)
+        grpc = _grpc_exporter_class()(endpoint=endpoint, insecure=insecure, timeout=timeout)
+        return _OtlpGrpcSized(grpc), (
+            "OTLP over gRPC is sent by the SDK's exporter, which takes SDK spans only"
         )
-        return grpc, "OTLP over gRPC is sent by the SDK's exporter, which takes SDK spans only"
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
         OTLPSpanExporter as HttpExporter,
     )
@@ -543,11 +561,51 @@ def _otlp_exporter(
     client = getattr(exporter, "_client", None)
     if callable(getattr(client, "export", None)):
         return _OtlpHttpDirect(exporter, client), None
-    # an exporter without the client seam (before 1.45): SDK spans only
+    # an exporter without the client seam (before 1.45): SDK spans only, batches unsized
     return exporter, _unread("OTLPSpanExporter._client (the OTLP/HTTP exporter's client)")
 
 
-class _OtlpHttpDirect(SpanExporter):
+class _SizedRequests(SpanExporter):
+    """An OTLP exporter that sends a batch as requests of at most
+    :data:`~.batches.MAX_REQUEST_BYTES` each (:func:`~.batches.sized_parts`): a receiver
+    refuses a request over its limit whole (4 MiB by default over gRPC), and a batch of spans
+    with captured messages can pass it. :class:`_CountingExporter` sends the requests one by
+    one and counts each; :meth:`export` does the same for a caller of its own."""
+
+    takes_direct = False
+
+    def __init__(self, inner: SpanExporter) -> None:
+        self.inner = inner
+
+    def encode(self, spans: Sequence[ReadableSpan | DirectSpan]) -> Any:
+        """One request holding ``spans``."""
+        raise NotImplementedError
+
+    def size(self, request: Any) -> int:
+        """The bytes ``request`` takes on the wire."""
+        raise NotImplementedError
+
+    def send(self, request: Any) -> SpanExportResult:
+        """Send one request (with the SDK exporter's retries, headers and timeout)."""
+        raise NotImplementedError
+
+    def requests(self, spans: Sequence[ReadableSpan | DirectSpan]) -> list[tuple[int, Any]]:
+        """``spans`` as requests of a bounded size, each with how many spans it holds."""
+        return sized_parts(spans, self.encode, self.size)
+
+    def export(self, spans: Sequence[ReadableSpan | DirectSpan]) -> SpanExportResult:
+        results = [self.send(request) for _, request in self.requests(spans)]
+        failed = SpanExportResult.FAILURE in results
+        return SpanExportResult.FAILURE if failed else SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+
+class _OtlpHttpDirect(_SizedRequests):
     """The SDK's OTLP/HTTP exporter, also sending direct spans (:mod:`.direct`).
 
     Direct spans are encoded by :func:`~.otlp_proto.encode_direct_proto`, SDK spans by the
@@ -560,10 +618,10 @@ class _OtlpHttpDirect(SpanExporter):
     takes_direct = True
 
     def __init__(self, inner: SpanExporter, client: Any) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self._client = client
 
-    def export(self, spans: Sequence[ReadableSpan | DirectSpan]) -> SpanExportResult:
+    def encode(self, spans: Sequence[ReadableSpan | DirectSpan]) -> bytes:
         from .otlp_proto import encode_direct_proto
 
         sdk, direct = _split(spans)
@@ -574,11 +632,56 @@ class _OtlpHttpDirect(SpanExporter):
             data = encode_spans(sdk).SerializePartialToString()
         if direct:
             data += encode_direct_proto(direct)
-        result = self._client.export(data)
+        return data
+
+    def size(self, request: bytes) -> int:
+        return len(request)
+
+    def send(self, request: bytes) -> SpanExportResult:
+        result = self._client.export(request)
         return SpanExportResult.SUCCESS if result.success else SpanExportResult.FAILURE
 
-    def shutdown(self) -> None:
-        self.inner.shutdown()
 
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        return self.inner.force_flush(timeout_millis)
+class _OtlpGrpcSized(_SizedRequests):
+    """The SDK's OTLP/gRPC exporter (SDK spans only), sent requests built and sized here
+    (:func:`_grpc_exporter_class`), so each batch is encoded once."""
+
+    def encode(self, spans: Sequence[ReadableSpan | DirectSpan]) -> Any:
+        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+        return encode_spans(cast(Sequence[ReadableSpan], spans))
+
+    def size(self, request: Any) -> int:
+        return int(request.ByteSize())
+
+    def send(self, request: Any) -> SpanExportResult:
+        return self.inner.export(request)
+
+
+_GRPC_EXPORTER: Callable[..., SpanExporter] | None = None
+
+
+def _grpc_exporter_class() -> Callable[..., SpanExporter]:
+    """The SDK's OTLP/gRPC span exporter, taught to send a request built beforehand: its
+    ``export`` takes one in place of spans (``_translate_data`` and ``_count_data``, the hooks
+    the SDK's exporters override, pass it through), keeping its retries, headers and channel."""
+    global _GRPC_EXPORTER
+    if _GRPC_EXPORTER is None:
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+            ExportTraceServiceRequest,
+        )
+
+        class PrebuiltRequests(OTLPSpanExporter):
+            def _translate_data(self, data: Any) -> ExportTraceServiceRequest:
+                if isinstance(data, ExportTraceServiceRequest):
+                    return data
+                return super()._translate_data(data)
+
+            def _count_data(self, data: Any) -> int:
+                if isinstance(data, ExportTraceServiceRequest):
+                    return sum(len(ss.spans) for rs in data.resource_spans for ss in rs.scope_spans)
+                return int(super()._count_data(data))
+
+        _GRPC_EXPORTER = PrebuiltRequests
+    return _GRPC_EXPORTER
