@@ -9,6 +9,8 @@ when one runs) and turn a failure into one error line and an exit code.
 from __future__ import annotations
 
 import argparse
+import os
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,7 +31,7 @@ from ._common import stdout_to_devnull, without_userinfo
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["cmd_trace", "escape", "export_command", "list_command", "show"]
+__all__ = ["cmd_trace", "escape", "export_command", "jaeger_links", "list_command", "show"]
 
 
 def escape(text: str) -> str:
@@ -181,7 +183,16 @@ def export_command(
     console.print(f"sent {sent.spans} spans from {escape(str(path))} to {escape(target)}")
     if sent.damage_note:
         console.print(f"[yellow]{escape(sent.damage_note)}[/yellow]")
+    for url in jaeger_links(sent.trace_ids):
+        console.print(f"see it in Jaeger: {escape(url)}", soft_wrap=True)
     return 0
+
+
+def jaeger_links(trace_ids: Iterable[str]) -> list[str]:
+    """Where Jaeger's UI shows each trace, when ``JAEGER_UI_URL`` says where the UI is
+    (``http://127.0.0.1:16686``): ``{JAEGER_UI_URL}/trace/{trace id}``; none otherwise."""
+    base = os.environ.get("JAEGER_UI_URL", "").strip().rstrip("/")
+    return [f"{base}/trace/{trace_id}" for trace_id in trace_ids] if base else []
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
