@@ -18,6 +18,7 @@ when it is set the run is cancelled (within ~25 ms: a running Dask task cannot b
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import time
@@ -50,7 +51,7 @@ from .core.state import AgentNode, Limiters, Quota, RunState, make_runtime
 from .core.tools import Tool
 from .models.base import ClientPool, Model
 
-__all__ = ["AskParent", "ChildPart", "RemoteResult", "RunPart", "run_child"]
+__all__ = ["AskParent", "ChildPart", "RemoteResult", "RunPart", "as_json", "run_child"]
 
 LOST = "lost"
 """``RemoteResult.refused`` of a child whose first run was lost with its worker."""
@@ -202,7 +203,19 @@ def run_child(run_blob: bytes, child_blob: bytes) -> RemoteResult:
     collector = SpanCollector() if child.spec.trace_context else None
     result = trio.run(_run_subtree, run, child, stop, queue, collector)
     spans = collector.encode() if collector is not None else ""
-    return RemoteResult(result, spans, None, here, time.perf_counter() - started_at)
+    return RemoteResult(as_json(result), spans, None, here, time.perf_counter() - started_at)
+
+
+def as_json(result: RunResult) -> RunResult:
+    """``result`` with every typed answer as its JSON only (``output`` ``None``): a value crosses
+    the wire, and goes into a journal, as JSON; the parent validates it again with its own
+    definition (:func:`~orchestrator.dask.DaskRunner`), so no instance of a class defined in a
+    tree file is ever unpickled by the parent."""
+    return dataclasses.replace(
+        result,
+        output=None if result.output_json is not None else result.output,
+        children=[as_json(c) for c in result.children],
+    )
 
 
 async def _run_subtree(

@@ -33,6 +33,7 @@ import base64
 import copy
 import dataclasses
 import importlib
+import json
 import logging
 import math
 import pickle
@@ -56,6 +57,7 @@ from ._dask_worker import (
     ChildPart,
     RemoteResult,
     RunPart,
+    as_json,
     run_child,
     worker_version,
 )
@@ -71,6 +73,7 @@ from .core.spawn import SPAWN_TOOL
 from .core.tools import describe_exception
 
 if TYPE_CHECKING:
+    from .core.agent import AgentTree
     from .core.state import AgentNode, Quota, RunState
     from .core.tools import Tool
 
@@ -366,7 +369,7 @@ class DaskRunner:
                 else:
                     result = pickle.loads(base64.b64decode(recorded.result.content))
                     child.ledger.spend(result.usage)  # the budgets go on from what it spent
-                    _adopt(child, result)
+                    _adopt(child, result, run.tree)
                 return
         try:
             reservation, lease = await self._lease(session, parent, child, spec)
@@ -401,7 +404,8 @@ class DaskRunner:
             await self._submit(session, names, blob, parent, child, reservation)
         finally:  # its tree on record (a cut one too, shielded): a resume replays it
             if journal is not None and child.remote_result is not None:
-                content = base64.b64encode(pickle.dumps(child.remote_result)).decode("ascii")
+                recorded_tree = pickle.dumps(as_json(child.remote_result))  # values as JSON
+                content = base64.b64encode(recorded_tree).decode("ascii")
                 with trio.CancelScope(shield=True):
                     await run.journaled(
                         journal.record_result(
@@ -454,7 +458,7 @@ class DaskRunner:
                 if remote is not None and child.remote_result is not None:
                     status, reason = parent.run.cut_status(child)
                     _recut(child.remote_result, status, reason)
-                    _adopt(child, child.remote_result)
+                    _adopt(child, child.remote_result, parent.run.tree)
             else:
                 with suppress(Exception):
                     future.cancel()
@@ -500,7 +504,7 @@ class DaskRunner:
             return None
         _release(child, reservation, remote.result.usage)
         emit(remote.spans, parent.run.tracer)
-        _adopt(child, remote.result)
+        _adopt(child, remote.result, parent.run.tree)
         return remote
 
     async def _lease(
@@ -634,19 +638,49 @@ def _release(child: AgentNode, reservation: Reservation | None, usage: Usage | N
         child.ledger.spend(usage)
 
 
-def _adopt(child: AgentNode, result: RunResult) -> None:
-    """The remote result tree becomes the child's (its node stands in for it here)."""
+def _adopt(child: AgentNode, result: RunResult, tree: AgentTree) -> None:
+    """The remote result tree becomes the child's (its node stands in for it here), each
+    typed answer in it validated again."""
+    _validate_again(result, tree)
     child.remote_result = result
     child.replace_messages(list(result.messages))
     child.own_usage = result.own_usage
     child.status = result.status
     child.error = result.error
     child.output = result.output
+    child.output_json = result.output_json  # what the parent's model reads
     child.turns = result.turns
     child.turn_log = list(result.turn_log)
     more = result.agents - 1  # its subtree's agents count against the run's max_agents
     if more > 0:
         child.agent_quota.give_back(-more)
+
+
+def _validate_again(result: RunResult, tree: AgentTree) -> None:
+    """Each typed answer of a remote tree (JSON on the wire) made a value here by this
+    process's definition of its agent: the worker's check is not taken on trust, and the value
+    is an instance of the class the parent program knows. One that does not validate ends that
+    agent ``invalid_output``, the problems named."""
+    for r in result.walk():
+        if r.output_json is None:
+            continue
+        agent = tree.by_name.get(r.agent_name)
+        spec = agent.output_spec if agent is not None else None
+        if spec is None:  # not typed here (definitions always match): left as the JSON
+            r.output = r.output_json
+            continue
+        raw = json.loads(r.output_json)
+        value, problems = spec.check({"result": raw} if spec.wrapped else raw)
+        if not problems:
+            r.output = value
+            continue
+        shown = r.output_json if len(r.output_json) <= 1_000 else r.output_json[:1_000] + "…"
+        r.status = RunStatus.INVALID_OUTPUT
+        r.error = (
+            "its answer from the Dask worker does not validate here: "
+            f"{'; '.join(problems[:10])}; the answer: {shown}"
+        )
+        r.output, r.output_json = None, None
 
 
 _STOPPED = "the run was cancelled"

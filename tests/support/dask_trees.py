@@ -9,9 +9,10 @@ import signal
 from pathlib import Path
 
 import trio
+from pydantic import BaseModel, field_validator
 
 from orchestrator import Agent, tool
-from orchestrator.models import FunctionModel, ScriptedModel, text, tool_call
+from orchestrator.models import FunctionModel, ScriptedModel, final, text, tool_call
 
 
 @tool
@@ -147,3 +148,53 @@ def runs_cached() -> int:
     from orchestrator import _dask_worker
 
     return len(_dask_worker._RUNS)
+
+
+VALIDATED_IN_MAIN: list[str] = []
+"""The keys of the :class:`Finding` values validated in the main process (not on a worker)."""
+
+
+class Finding(BaseModel):
+    """A typed worker's answer: the key it looked up and what the lookup said. Validating one
+    in the main process notes its key; a value "refused in the main" validates only on a worker
+    (to show the parent's own check)."""
+
+    key: str
+    value: str
+
+    @field_validator("value")
+    @classmethod
+    def _noted(cls, value: str) -> str:
+        if multiprocessing.parent_process() is None:
+            if value == "refused in the main":
+                raise ValueError("this value is refused in the main process")
+            VALIDATED_IN_MAIN.append(value)
+        return value
+
+
+TYPED_WORKER = Agent(
+    "worker", "You work.", description="looks one key up", tools=[lookup], output_type=Finding
+)
+TYPED_LEAD = Agent("lead", "You lead.", subagents=[TYPED_WORKER])
+
+
+def typed_answer(request: object) -> object:
+    """A FunctionModel's function: the lead spawns workers for "alpha" and "beta" (or the task
+    it was given, comma separated), each looks its key up and answers a :class:`Finding`
+    (the key "refused" answers the value "refused in the main"); the lead answers with the
+    spawns' results as its model read them."""
+    agent = request.agent  # type: ignore[attr-defined]
+    messages = request.messages  # type: ignore[attr-defined]
+    last = messages[-1]
+    if agent.name == "lead":
+        if len(messages) == 1:
+            return spawns(*messages[0].content[0].text.split(","))
+        return text(" | ".join(b.content for b in last.content if b.type == "tool_result"))
+    key = messages[0].content[0].text
+    if len(messages) == 1:
+        return tool_call("lookup", {"key": key})
+    said = "refused in the main" if key == "refused" else last.content[0].content
+    return final(Finding(key=key, value=said))
+
+
+TYPED_MODEL = FunctionModel(typed_answer)
