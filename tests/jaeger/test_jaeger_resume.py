@@ -21,9 +21,9 @@ CRASH_TREE = Path(__file__).resolve().parents[1] / "support" / "crash_tree.py"
 
 
 def ui_trace_name(trace: dict[str, Any]) -> str:
-    """The name Jaeger's UI gives a trace (jaeger-ui's ``getTraceName``): its root's service and
-    operation, the root being a span with no reference to a span of this trace; none:
-    ``<trace-without-root-span>``."""
+    """The name Jaeger's UI gives a trace, by jaeger-ui's rule: the service and operation of a
+    span with no reference to a span of this trace (fewest references, then earliest, first);
+    without one, ``<trace-without-root-span>``."""
     ids = {s["spanID"] for s in trace["spans"]}
     roots = [
         s

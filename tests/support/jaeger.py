@@ -131,6 +131,12 @@ class Jaeger:
             return False
         return status == 200
 
+    def __enter__(self) -> Jaeger:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
     def log_text(self) -> str:
         return self.log.read_text(errors="replace")[-4000:]
 
