@@ -143,9 +143,25 @@ def test_core_imports_only_itself_the_model_protocol_and_the_span_helpers() -> N
             if any(within(target, heavy) for heavy in HEAVY):
                 return "core must not load the OpenTelemetry SDK or an exporter"
             return None
+        if (source, top) in CORE_OPTIONAL:
+            return None
         return f"core imports the third-party {top!r}"
 
     assert violations("core", rule) == []
+
+
+# Optional packages a core module may import, in a function, only when a run needs them (never
+# a core dependency): the schema checker's fallback for what it does not compile (an extra's).
+CORE_OPTIONAL = frozenset({("orchestrator.core.schema", "jsonschema")})
+
+
+def test_core_loads_its_optional_packages_only_when_used() -> None:
+    modules = loaded_after(
+        "from orchestrator import Tool\n"
+        "Tool.from_schema('t', 'd', {'type': 'object', 'patternProperties': {'^x': {}}}, print)"
+    )
+    assert "orchestrator.core.schema" in modules
+    assert not [m for m in modules if m.split(".")[0] in {top for _, top in CORE_OPTIONAL}]
 
 
 def test_the_modules_core_builds_on_sit_on_cores_lowest_layers() -> None:

@@ -31,6 +31,7 @@ from ..core.events import (
     Event,
     ModelTextDelta,
     ModelToolCallStarted,
+    ModelWaiting,
     ToolFinished,
     ToolStarted,
     TurnStarted,
@@ -144,6 +145,12 @@ class _Board:
             row.turns = event.turns
             path = self._safe(event.path)
             return f"finish {path}: {status} ({event.turns} turns, {row.tokens} tokens)"
+        if isinstance(event, ModelWaiting):  # every wait shown: none is silent
+            why = self._safe(event.reason, 80)
+            row.step = f"waiting {event.seconds:.1f}s ({why})"
+            return (
+                f"wait   {self._safe(event.path)}: {why}; model call again in {event.seconds:.1f}s"
+            )
         if isinstance(event, ModelToolCallStarted):
             row.step = f"model is calling {self._safe(event.tool, 80)}"
         elif isinstance(event, ModelTextDelta):

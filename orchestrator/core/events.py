@@ -23,6 +23,7 @@ __all__ = [
     "EventSink",
     "ModelTextDelta",
     "ModelToolCallStarted",
+    "ModelWaiting",
     "ToolFinished",
     "ToolStarted",
     "TurnStarted",
@@ -79,6 +80,16 @@ class ModelToolCallStarted:
 
 
 @dataclass(frozen=True, slots=True)
+class ModelWaiting:
+    """The agent's model call waits ``seconds`` before it is sent (again): a retry's backoff or
+    the provider's retry-after, or a rate limit another call hit (``reason`` says which)."""
+
+    path: str
+    seconds: float
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class ToolStarted:
     """A tool call passed the policy gate and is running (a refused call has only ToolFinished)."""
 
@@ -105,6 +116,7 @@ Event: TypeAlias = (
     | TurnStarted
     | ModelTextDelta
     | ModelToolCallStarted
+    | ModelWaiting
     | ToolStarted
     | ToolFinished
 )

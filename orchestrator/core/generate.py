@@ -33,7 +33,7 @@ from .compaction import (
     summary_request,
 )
 from .errors import ContextWindowExceeded, ModelError, exception_type
-from .events import ModelTextDelta, ModelToolCallStarted
+from .events import ModelTextDelta, ModelToolCallStarted, ModelWaiting
 from .limits import BudgetExceeded, PricingFailed
 from .messages import Message, Usage, clamp_usage, text_of
 from .records import record
@@ -350,4 +350,7 @@ def _model_context(run: RunState, node: AgentNode) -> ModelContext:
     def tool_call_start(call_id: str, tool: str) -> None:
         run.events.emit(ModelToolCallStarted(path, tool, call_id))
 
-    return ModelContext(run.clients, text_delta, tool_call_start)
+    def wait(seconds: float, why: str) -> None:
+        run.events.emit(ModelWaiting(path, seconds, why))
+
+    return ModelContext(run.clients, text_delta, tool_call_start, wait)

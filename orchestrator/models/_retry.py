@@ -9,12 +9,13 @@ the client waits, not only the one that was refused. No provider SDK here.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import email.utils
 import json
 import math
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -110,6 +111,34 @@ def backoff(attempts: int) -> float:
     return delay
 
 
+def wait_before_retry(failure: Failure, attempts: int, cap: float) -> float | None:
+    """Seconds to wait before the next attempt: the server's delay (``retry-after``) when it
+    names one within ``cap``, else the backoff (also when ``cap`` is 0: server delays
+    ignored). ``None`` when the server asks for longer than ``cap``: give up now, saying so,
+    rather than wait a capped time, be refused again, and retry silently for minutes."""
+    delay = failure.retry_after
+    if delay is not None and cap > 0:
+        return delay if delay <= cap else None
+    return backoff(attempts)
+
+
+def too_long(failure: Failure, cap: float) -> Failure:
+    """``failure`` as the end of the call: the server asked for a wait past ``cap``."""
+    asked = failure.retry_after or 0.0
+    return dataclasses.replace(
+        failure,
+        retryable=False,
+        detail=(
+            f"{failure.detail}; the provider asked to wait {_seconds(asked)} before a retry, "
+            f"longer than max_retry_after ({_seconds(cap)}): not waiting"
+        ),
+    )
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.0f} s" if value >= 10 else f"{value:.1f} s"
+
+
 def server_delay(headers: Mapping[str, str]) -> float | None:
     """Seconds from ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP date), if any.
 
@@ -136,13 +165,31 @@ def server_delay(headers: Mapping[str, str]) -> float | None:
 
 @dataclass(slots=True)
 class Gate:
-    """Held closed after a 429 until its retry-after has passed; every request waits on it."""
+    """Held closed after a 429 until its retry-after has passed; every request waits on it.
+    Closed by a wait longer than the adapter's cap, it holds ``refusal``: requests give up at
+    once with it until it opens, instead of waiting."""
 
     open_at: float = float("-inf")
+    refusal: Failure | None = None
 
-    def close_for(self, seconds: float) -> None:
-        self.open_at = max(self.open_at, trio.current_time() + seconds)
+    def close_for(self, seconds: float, refusal: Failure | None = None) -> None:
+        until = trio.current_time() + seconds
+        if until >= self.open_at:
+            self.open_at = until
+            self.refusal = refusal
 
     async def wait(self) -> None:
         while (delay := self.open_at - trio.current_time()) > 0:
             await trio.sleep(delay)
+
+    async def passed(self, on_wait: Callable[[float, str], None]) -> Failure | None:
+        """Wait until the gate opens, shown through ``on_wait``; the refusal instead, at once,
+        when the provider asked for a wait longer than the cap."""
+        held = self.open_at - trio.current_time()
+        if held <= 0:
+            return None
+        if self.refusal is not None:
+            return self.refusal
+        on_wait(held, "rate limited by the provider")
+        await self.wait()
+        return None

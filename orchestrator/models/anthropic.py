@@ -31,7 +31,7 @@ from ._anthropic_errors import FIXES, classify
 from ._anthropic_prices import PRICES as PRICES
 from ._anthropic_prices import price_for as price_for
 from ._anthropic_stream import Assembler, read_sse
-from ._retry import BadResponse, Failure, Gate, StreamFailed, backoff, one_line
+from ._retry import BadResponse, Failure, Gate, StreamFailed, one_line, too_long, wait_before_retry
 from ._shared import Price as Price
 from ._shared import fingerprint, import_sdk, positive, tls_context
 from ._shared import sse_lines as sse_lines
@@ -140,7 +140,8 @@ class AnthropicModel:
             before :data:`PRICES`.
         timeout: seconds allowed per attempt for connecting (at most 5 s) and between reads;
             ``None`` for no timeout.
-        max_retry_after: the longest ``retry-after`` honoured, in seconds (longer ones are capped).
+        max_retry_after: the longest ``retry-after`` honoured, in seconds (a longer one ends the
+            call at once with an error naming the wait).
     """
 
     def __init__(
@@ -255,7 +256,9 @@ class AnthropicModel:
         attempts = 0
         spent: Usage | None = None  # answers billed but not usable (retried): counted too
         while True:
-            await client.gate.wait()
+            refusal = await client.gate.passed(ctx.on_wait)
+            if refusal is not None:  # a sibling was told to wait longer than the cap
+                raise self._error(refusal, attempts, api_key, spent)
             attempts += 1
             try:
                 response = await self._attempt(client.sdk, params, ctx)
@@ -270,11 +273,12 @@ class AnthropicModel:
                 if spent is not None:
                     response = dataclasses.replace(response, usage=response.usage + spent)
                 return response
-            delay = failure.retry_after  # the server's, capped; else (or capped to 0) backoff
-            if delay is not None:
-                delay = min(delay, self._max_retry_after)
-            if not delay:
-                delay = backoff(attempts)
+            delay = wait_before_retry(failure, attempts, self._max_retry_after)
+            if delay is None:  # the server asks for a wait past the cap: give up now, saying so
+                failure = too_long(failure, self._max_retry_after)
+                if failure.rate_limited:  # the others on this client give up too, until then
+                    client.gate.close_for(failure.retry_after or 0.0, refusal=failure)
+                raise self._error(failure, attempts, api_key, spent) from None
             if failure.rate_limited:
                 # Every request on this client waits, even if this one gives up now.
                 client.gate.close_for(delay)
@@ -282,6 +286,7 @@ class AnthropicModel:
                 raise self._error(failure, attempts, api_key, spent) from None
             spans.record_retry(attempts, failure.kind, delay)  # on the chat span
             if not failure.rate_limited:  # (a rate-limited retry waits at the gate above)
+                ctx.on_wait(delay, f"{failure.kind.replace('_', ' ')}: retry {attempts}")
                 await trio.sleep(delay)
 
     async def _attempt(

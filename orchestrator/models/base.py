@@ -162,6 +162,9 @@ class ModelContext:
     clients: ClientPool
     on_text_delta: Callable[[str], None] = lambda _text: None
     on_tool_call_start: Callable[[str, str], None] = lambda _id, _name: None
+    on_wait: Callable[[float, str], None] = lambda _seconds, _why: None
+    """An adapter is about to wait this many seconds before sending (a retry's backoff or
+    the provider's retry-after, a rate limit's gate), for this reason: shown in the progress."""
 
 
 @runtime_checkable

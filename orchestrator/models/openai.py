@@ -44,7 +44,7 @@ from ._openai_stream import (
     wire_messages,
     wire_tools,
 )
-from ._retry import BadResponse, Failure, Gate, StreamFailed, backoff, one_line
+from ._retry import BadResponse, Failure, Gate, StreamFailed, one_line, too_long, wait_before_retry
 from ._shared import Price as Price
 from ._shared import fingerprint, import_sdk, positive, sse_lines, tls_context
 from .base import ModelContext, ModelRequest, ModelResponse
@@ -189,7 +189,8 @@ class OpenAIModel:
         max_retries: retries after the first attempt (so ``max_retries + 1`` attempts at most).
         prices: a :class:`Price` for this model, or a table by model-name prefix consulted
             before :data:`PRICES`. A model no table knows has no price: see :meth:`cost`.
-        max_retry_after: the longest ``retry-after`` honoured, in seconds.
+        max_retry_after: the longest ``retry-after`` honoured, in seconds (a longer one ends the
+            call at once with an error naming the wait).
         stream: stream answers (text deltas reach the run's events as they come). A server that
             cannot stream an answer that may call tools is asked without streaming for those.
         tool_choice: see :data:`ToolChoice` (default ``"auto"``, sent whenever tools are).
@@ -391,7 +392,9 @@ class OpenAIModel:
         attempts = 0
         spent: Usage | None = None  # answers billed but not usable (retried): counted too
         while True:
-            await client.gate.wait()
+            refusal = await client.gate.passed(ctx.on_wait)
+            if refusal is not None:  # a sibling was told to wait longer than the cap
+                raise self._error(refusal, attempts, api_key, base_url, spent)
             attempts += 1
             stream = self._stream and (client.stream_tools or not request.tools)
             params = self.request_params(
@@ -433,17 +436,19 @@ class OpenAIModel:
                 )
                 attempts -= 1
                 continue
-            delay = failure.retry_after  # the server's, capped; else (or capped to 0) backoff
-            if delay is not None:
-                delay = min(delay, self._max_retry_after)
-            if not delay:
-                delay = backoff(attempts)
+            delay = wait_before_retry(failure, attempts, self._max_retry_after)
+            if delay is None:  # the server asks for a wait past the cap: give up now, saying so
+                failure = too_long(failure, self._max_retry_after)
+                if failure.rate_limited:  # the others on this client give up too, until then
+                    client.gate.close_for(failure.retry_after or 0.0, refusal=failure)
+                raise self._error(failure, attempts, api_key, base_url, spent) from None
             if failure.rate_limited:
                 client.gate.close_for(delay)  # every request on this client waits
             if not failure.retryable or attempts > self._max_retries:
                 raise self._error(failure, attempts, api_key, base_url, spent) from None
             spans.record_retry(attempts, failure.kind, delay)  # on the chat span
             if not failure.rate_limited:  # (a rate-limited retry waits at the gate above)
+                ctx.on_wait(delay, f"{failure.kind.replace('_', ' ')}: retry {attempts}")
                 await trio.sleep(delay)
 
     async def _attempt(

@@ -55,3 +55,34 @@ async def test_the_live_trees_last_frame_shows_every_agent_as_it_ended() -> None
     last_frame = await _show(result, [AgentStarted("lead", "lead", 0, None, "go")], live=True)
     assert "[waiting]" not in last_frame and "[running]" not in last_frame
     assert last_frame.count("[done] completed") == 4
+
+
+async def test_every_model_wait_is_shown_in_the_plain_and_the_live_progress() -> None:
+    from orchestrator.core.events import ModelWaiting
+
+    result = await _team_result()
+    events: list[Event] = [
+        AgentStarted("lead", "lead", 0, None, "go"),
+        ModelWaiting("lead", 30.0, "rate limited by the provider"),
+    ]
+    plain = (await _show(result, events, live=False)).splitlines()
+    assert plain[1] == "wait   lead: rate limited by the provider; model call again in 30.0s"
+
+    send, receive = trio.open_memory_channel[Event](len(events))
+    for event in events:
+        send.send_nowait(event)
+    stream = io.StringIO()
+
+    async def outcome() -> RunResult:
+        await trio.sleep_forever()  # the run is still going: the frame shows the wait
+        raise AssertionError
+
+    with trio.move_on_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                lambda: follow_events(receive, live=True, stream=stream, outcome=outcome)
+            )
+            while "waiting 30.0s" not in stream.getvalue():
+                await trio.sleep(0.05)
+            nursery.cancel_scope.cancel()
+    assert "waiting 30.0s (rate limited by the provider)" in stream.getvalue()

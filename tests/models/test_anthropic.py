@@ -693,17 +693,41 @@ async def test_a_429_that_ends_a_call_still_holds_the_gate(
     server: FakeMessagesServer,
     virtual_clock: trio.testing.MockClock,
 ) -> None:
-    server.push(Error(429, "rate_limit_error", "slow down", {"retry-after": "3600"}), text("ok"))
+    server.push(Error(429, "rate_limit_error", "slow down", {"retry-after": "30"}), text("ok"))
     model = model_for(server, max_retries=0, timeout=None)
-    async with open_ctx() as ctx:
+    waits: list[tuple[float, str]] = []
+    async with open_ctx(on_wait=lambda seconds, why: waits.append((seconds, why))) as ctx:
         with pytest.raises(ModelError) as caught:
             await model.request(make_request(), ctx)
         assert (caught.value.fatal, caught.value.kind) == (False, "rate_limit")
         assert "max_concurrency" in str(caught.value)
         t0 = trio.current_time()
         await model.request(make_request(), ctx)
-        # The next call waited at the gate, for retry-after capped at max_retry_after (60 s).
-        assert trio.current_time() - t0 == pytest.approx(60, abs=0.1)
+        # The next call waited at the gate for the retry-after, and said so.
+        assert trio.current_time() - t0 == pytest.approx(30, abs=0.1)
+    assert waits == [(pytest.approx(30, abs=0.1), "rate limited by the provider")]
+
+
+async def test_a_429_asking_past_the_cap_ends_the_call_at_once_and_holds_back_the_others(
+    server: FakeMessagesServer,
+    virtual_clock: trio.testing.MockClock,
+) -> None:
+    server.push(Error(429, "rate_limit_error", "slow down", {"retry-after": "3600"}))
+    model = model_for(server, timeout=None)
+    async with open_ctx() as ctx:
+        t0 = trio.current_time()
+        with pytest.raises(ModelError) as caught:
+            await model.request(make_request(), ctx)
+        assert trio.current_time() == t0  # not four silent minutes of capped retries
+        assert "asked to wait 3600 s" in str(caught.value)
+        assert "max_retry_after (60 s)" in str(caught.value)
+        with pytest.raises(ModelError, match="asked to wait 3600 s"):
+            await model.request(make_request(), ctx)  # not sent: the hour has not passed
+        assert len(server.requests) == 1
+        await trio.sleep(3600)
+        server.push(text("ok"))
+        await model.request(make_request(), ctx)
+        assert len(server.requests) == 2
 
 
 _MESSAGE_START = {

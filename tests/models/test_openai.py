@@ -969,3 +969,62 @@ async def test_unique_ids_from_the_server_go_back_to_it_unchanged(server: FakeCh
     assert result.status is RunStatus.COMPLETED, result.error
     sent = server.bodies[1]["messages"]
     assert [c["id"] for c in sent[2]["tool_calls"]] == ["call_a", "call_b"]
+
+
+async def test_a_retry_after_longer_than_the_cap_gives_up_at_once_naming_the_wait(
+    server: FakeChatServer, virtual_clock: trio.testing.MockClock
+) -> None:
+    # a 429 asking for an hour was retried every 60 s (the cap) four times: five silent minutes
+    server.push(Error(429, "Rate limit reached", type="requests", headers={"retry-after": "3600"}))
+    model = model_for(server, timeout=None)
+    async with open_ctx() as ctx:
+        start = trio.current_time()
+        with pytest.raises(ModelError) as caught:
+            await model.request(make_request(), ctx)
+        assert trio.current_time() == start  # no wait at all
+        message = str(caught.value)
+        assert "asked to wait 3600 s" in message and "max_retry_after (60 s)" in message, message
+        assert caught.value.kind == "rate_limit" and not caught.value.fatal
+        # every other request on the client gives up too, unsent, until the hour has passed
+        with pytest.raises(ModelError, match="asked to wait 3600 s"):
+            await model.request(make_request(), ctx)
+        assert len(server.requests) == 1
+        await trio.sleep(3600)
+        server.responder = lambda body: text("ok")
+        answer = await model.request(make_request(), ctx)
+        assert answer.content[0].text == "ok"
+
+
+async def test_every_retry_wait_within_the_cap_is_waited_and_published(
+    server: FakeChatServer, virtual_clock: trio.testing.MockClock
+) -> None:
+    server.push(
+        Error(429, "Rate limit reached", type="requests", headers={"retry-after": "30"}),
+        Error(500, "The server had an error", type="server_error"),
+        text("ok"),
+    )
+    waits: list[tuple[float, str]] = []
+    async with open_ctx(on_wait=lambda seconds, why: waits.append((seconds, why))) as ctx:
+        start = trio.current_time()
+        await model_for(server, timeout=None).request(make_request(), ctx)
+        waited = trio.current_time() - start
+    assert [why for _, why in waits] == ["rate limited by the provider", "api error: retry 2"]
+    assert waits[0][0] == pytest.approx(30)
+    assert waited == pytest.approx(sum(seconds for seconds, _ in waits))
+
+
+async def test_a_runs_events_show_the_model_waiting(
+    server: FakeChatServer, virtual_clock: trio.testing.MockClock
+) -> None:
+    from orchestrator import open_run
+    from orchestrator.core.events import ModelWaiting
+
+    server.push(Error(429, "slow down", type="requests", headers={"retry-after": "2"}), text("ok"))
+    agent = Agent("w", "Answer.", model=model_for(server, timeout=None))
+    async with open_run(agent, "go") as handle:
+        result = await handle.result()
+        events = [e async for e in handle.events]
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert [e for e in events if isinstance(e, ModelWaiting)] == [
+        ModelWaiting("w", 2.0, "rate limited by the provider")
+    ]
