@@ -35,7 +35,7 @@ from ._retry import BadResponse, Failure, Gate, StreamFailed, one_line, too_long
 from ._shared import Price as Price
 from ._shared import fingerprint, import_sdk, positive, tls_context
 from ._shared import sse_lines as sse_lines
-from .base import ModelContext, ModelRequest, ModelResponse
+from .base import ModelContext, ModelRequest, ModelResponse, OutputFormat
 
 if TYPE_CHECKING:
     from anthropic import AsyncAnthropic
@@ -144,6 +144,10 @@ class AnthropicModel:
             call at once with an error naming the wait).
     """
 
+    supports_native_output = True
+    """``output_mode="native"`` sends ``output_config.format`` (a JSON schema): the answer's
+    text is then JSON of the agent's output type."""
+
     def __init__(
         self,
         model: str = DEFAULT_MODEL,
@@ -224,6 +228,9 @@ class AnthropicModel:
                 {"type": "text", "text": request.system, "cache_control": dict(_EPHEMERAL)}
             ]
         params["messages"] = _messages_with_breakpoints(request.messages)
+        if request.output is not None and request.output.native:
+            # After the messages: the cached prefix (tools, system, messages) is as without it.
+            params["output_config"] = {"format": _json_output_format(request.output)}
         return params
 
     # -- the call ----------------------------------------------------------------------------
@@ -303,6 +310,7 @@ class AnthropicModel:
             messages=params["messages"],
             system=params.get("system", anthropic.omit),
             tools=params.get("tools", anthropic.omit),
+            output_config=params.get("output_config", anthropic.omit),
             stream=True,
             timeout=timeout,
         )
@@ -356,6 +364,24 @@ class AnthropicModel:
             message += "; " + fix.format(models=", ".join(CURRENT_MODELS))
         message = redact(one_line(message).replace(api_key, REDACTED))
         return ModelError.from_kind(message, fatal=failure.fatal, kind=failure.kind, usage=spent)
+
+
+def _json_output_format(output: OutputFormat) -> dict[str, Any]:
+    """``output_config.format`` for a typed agent's answer: the schema as the SDK's own
+    ``transform_schema`` shapes it for the API (``additionalProperties: false`` on every object;
+    keywords the API does not take are moved into the description)."""
+    from anthropic import transform_schema
+
+    try:
+        schema = transform_schema(dict(output.schema))
+    except (ValueError, TypeError) as exc:
+        raise ModelError(
+            f"output type {output.name}: its JSON schema cannot be asked for as Claude's "
+            f"structured output ({one_line(str(exc))}); use output_mode='tool'",
+            fatal=True,
+            kind="configuration",
+        ) from None
+    return {"type": "json_schema", "schema": schema}
 
 
 def _has_blank_text(message: Message) -> bool:

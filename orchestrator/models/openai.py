@@ -35,6 +35,7 @@ from ._openai_errors import FIXES, classify
 from ._openai_prices import FREE as FREE
 from ._openai_prices import PRICES as PRICES
 from ._openai_prices import price_for as price_for
+from ._openai_schema import response_format
 from ._openai_stream import (
     FINISH_REASONS,
     INVALID_JSON_KEY,
@@ -204,6 +205,12 @@ class OpenAIModel:
         provider: the provider recorded on spans (``gen_ai.provider.name``).
     """
 
+    supports_native_output = True
+    """``output_mode="native"`` sends ``response_format`` with the output type's JSON schema
+    (strict where strict mode can take it): the answer's text is then that JSON. A server that
+    ignores ``response_format`` answers as it likes; an answer that is not valid JSON of the
+    type goes back to the model with the problems, as any invalid output does."""
+
     def __init__(
         self,
         model: str,
@@ -347,6 +354,8 @@ class OpenAIModel:
                 choice = choice(request)
             if choice is not None:
                 params["tool_choice"] = dict(choice) if isinstance(choice, Mapping) else choice
+        if request.output is not None and request.output.native:
+            params["response_format"] = response_format(request.output)
         if stream:
             params["stream"] = True
             params["stream_options"] = {"include_usage": True}

@@ -24,7 +24,9 @@ longest prefix (by whole messages, tools first) a previous request sent, if it h
 ``cache_min_tokens``. Quirks of llama.cpp's server can be switched on: ``refuse_null_content``,
 ``stream_tools=False`` (a streamed request offering tools drops the connection before any
 chunk), ``tools_need_choice`` (tools are ignored unless ``tool_choice`` is sent) and
-``stream_usage=False``.
+``stream_usage=False``. A ``response_format`` asking for a JSON schema is checked as OpenAI checks
+it (a name it takes, an object at the root, in strict mode every object closed and every property
+required): a 400 otherwise.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import itertools
 import json
 import math
 import platform
+import re
 import socket
 import threading
 from collections import deque
@@ -269,6 +272,64 @@ def _transcript_problem(messages: list[Any], refuse_null: bool) -> str | None:
     return None
 
 
+def _subschemas(schema: Any, path: tuple[str, ...]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every schema in ``schema`` (itself included), with its context as OpenAI names it."""
+    if not isinstance(schema, dict):
+        return
+    yield repr(path), schema
+    for key in ("$defs", "definitions", "properties"):
+        for name, sub in (schema.get(key) or {}).items():
+            yield from _subschemas(sub, (*path, key, name))
+    for key in ("items", "additionalProperties", "not"):
+        yield from _subschemas(schema.get(key), (*path, key))
+    for key in ("anyOf", "oneOf", "allOf", "prefixItems"):
+        for i, sub in enumerate(schema.get(key) or ()):
+            yield from _subschemas(sub, (*path, key, str(i)))
+
+
+def _response_format_problem(form: Any) -> str | None:
+    """``response_format`` as OpenAI checks it: a ``json_schema`` has a name of letters, digits,
+    ``_`` and ``-``, an object at the root, and in strict mode every object closed
+    (``additionalProperties: false``) with every property required."""
+    if not isinstance(form, dict) or form.get("type") not in ("text", "json_object", "json_schema"):
+        return "Invalid value for 'response_format.type': expected 'text', 'json_object' or 'json_schema'."
+    if form["type"] != "json_schema":
+        return None
+    spec = form.get("json_schema")
+    if not isinstance(spec, dict):
+        return "Missing required parameter: 'response_format.json_schema'."
+    name = spec.get("name")
+    if not isinstance(name, str) or not re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", name):
+        return (
+            "Invalid 'response_format.json_schema.name': string does not match pattern. Expected "
+            "a string that matches the pattern '^[a-zA-Z0-9_-]+$'."
+        )
+    schema = spec.get("schema")
+    if not isinstance(schema, dict) or schema.get("type") != "object":
+        return (
+            f"Invalid schema for response_format '{name}': schema must be a JSON Schema of "
+            "'type: \"object\"'."
+        )
+    if spec.get("strict") is not True:
+        return None
+    for context, sub in _subschemas(schema, ()):
+        if sub.get("type") != "object":
+            continue
+        if sub.get("additionalProperties") is not False:
+            return (
+                f"Invalid schema for response_format '{name}': In context={context}, "
+                "'additionalProperties' is required to be supplied and to be false."
+            )
+        missing = [k for k in sub.get("properties") or {} if k not in (sub.get("required") or ())]
+        if missing:
+            return (
+                f"Invalid schema for response_format '{name}': In context={context}, 'required' "
+                "is required to be supplied and to be an array including every key in "
+                f"properties. Missing '{missing[0]}'."
+            )
+    return None
+
+
 class FakeChatServer:
     """The fake Chat Completions API. See the module docstring."""
 
@@ -463,6 +524,10 @@ class FakeChatServer:
         problem = _transcript_problem(messages, self.refuse_null_content)
         if problem is not None:
             return (500 if "null" in problem else 400), problem, None
+        if "response_format" in body:
+            problem = _response_format_problem(body["response_format"])
+            if problem is not None:
+                return 400, problem, None
         return None
 
     # -- writers -----------------------------------------------------------------------------

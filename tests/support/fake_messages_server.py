@@ -18,7 +18,9 @@ rules: the prompt is the blocks of ``tools``, then ``system``, then ``messages``
 ``cache_control`` is a breakpoint (at most 4); a request reads the longest cached prefix that ends
 at a breakpoint or at one of the 20 blocks before it, and writes the prefix at each breakpoint past
 that. ``cache_control`` itself is not part of the prefix, so a breakpoint can move from turn to
-turn. Tokens are estimated as characters / 4 of each block's JSON.
+turn. Tokens are estimated as characters / 4 of each block's JSON. A request asking for structured
+output (``output_config.format``) is refused with a 400 unless its JSON schema closes every
+object (``additionalProperties: false``), as the API refuses it.
 
 Use it as a context manager (``with FakeMessagesServer() as server:``) or through a pytest
 fixture; it runs in background threads, which is fine from trio tests.
@@ -390,6 +392,41 @@ def _content_problem(messages: list[dict[str, Any]]) -> str | None:
     return None
 
 
+def _subschemas(schema: Any, path: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every schema in ``schema`` (itself included), with its path."""
+    if not isinstance(schema, dict):
+        return
+    yield path, schema
+    for key in ("$defs", "definitions", "properties"):
+        for name, sub in (schema.get(key) or {}).items():
+            yield from _subschemas(sub, f"{path}.{key}.{name}")
+    for key in ("items", "additionalProperties", "not"):
+        yield from _subschemas(schema.get(key), f"{path}.{key}")
+    for key in ("anyOf", "oneOf", "allOf", "prefixItems"):
+        for i, sub in enumerate(schema.get(key) or ()):
+            yield from _subschemas(sub, f"{path}.{key}.{i}")
+
+
+def _output_config_problem(config: Any) -> str | None:
+    """``output_config`` as the API checks it: a ``format`` is a JSON schema whose every object
+    says ``additionalProperties: false`` (structured outputs' rule)."""
+    if not isinstance(config, dict):
+        return "output_config: Input should be an object"
+    form = config.get("format")
+    if form is None:
+        return None
+    if not isinstance(form, dict) or form.get("type") != "json_schema":
+        return "output_config.format.type: Input should be 'json_schema'"
+    if not isinstance(form.get("schema"), dict):
+        return "output_config.format.schema: Field required"
+    for path, sub in _subschemas(form["schema"], "output_config.format.schema"):
+        if sub.get("type") == "object" and sub.get("additionalProperties") is not False:
+            return (
+                f"{path}: For 'object' type, 'additionalProperties' must be explicitly set to false"
+            )
+    return None
+
+
 class FakeMessagesServer:
     """The fake Messages API. See the module docstring."""
 
@@ -565,6 +602,10 @@ class FakeMessagesServer:
         for i, block in enumerate(system if isinstance(system, list) else []):
             if block.get("type") == "text" and not str(block.get("text", "")).strip():
                 return f"system.{i}: text content blocks must contain non-whitespace text"
+        if "output_config" in body:
+            problem = _output_config_problem(body["output_config"])
+            if problem is not None:
+                return problem
         return _content_problem(messages)
 
     # -- writers -----------------------------------------------------------------------------
