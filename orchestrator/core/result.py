@@ -6,9 +6,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Generic
-
-from typing_extensions import TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .errors import RunFailedError
 from .messages import Message, Usage, message_to_wire
@@ -19,7 +17,12 @@ if TYPE_CHECKING:  # only an annotation here; compaction loads trio (via limits)
 
 __all__ = ["RunResult", "RunStatus"]
 
-OutputT = TypeVar("OutputT", default=Any)
+if TYPE_CHECKING:  # the default (PEP 696) is for type checkers: a bare RunResult is RunResult[Any]
+    from typing_extensions import TypeVar as TypeVarWithDefault
+
+    OutputT = TypeVarWithDefault("OutputT", default=Any)
+else:  # at run time a plain TypeVar will do, and --help does not load typing_extensions
+    OutputT = TypeVar("OutputT")
 
 
 class RunStatus(StrEnum):
