@@ -15,6 +15,7 @@ import glob
 import json
 import math
 import os
+import re
 import signal
 import sys
 import threading
@@ -398,10 +399,92 @@ def _resume(args: argparse.Namespace) -> int:
         check_tree(header, defined, path)
     except ConfigurationError as exc:
         raise UsageError(str(exc)) from None
-    if args.model is None and isinstance(header.options.get("model"), str):
-        args.model = header.options["model"]
+    recorded = header.options.get("cli")
+    if isinstance(recorded, dict):
+        _reapply(args, recorded, path)
+    elif args.model is None and isinstance(header.options.get("model"), str):
+        args.model = header.options["model"]  # a journal from Python: its model, if a string
     plan = _JournalPlan(path, header.tree_ref, resume=True, recorded_limits=header.options)
     return _launch(args, defined, header.prompt, header.run_id, plan)
+
+
+_RECORDED: dict[str, type | tuple[type, ...]] = {
+    # the options of `run` that change what runs, as the journal's header keeps them
+    "model": str,
+    "override_model": str,
+    "max_output_tokens": int,
+    "max_result_chars": int,
+    "max_turns": int,
+    "timeout": (int, float),
+    "max_depth": int,
+    "concurrency": int,
+    "budget_tokens": int,
+    "dask": str,
+    "approve": str,
+}
+_HIDDEN = "[REDACTED]"
+_SECRET_QUERY = re.compile(
+    r"([?&][^=&#]*(?:key|token|secret|password|passwd|pwd|auth|sig|signature|credential)"
+    r"[^=&#]*=)([^&#]*)",
+    re.IGNORECASE,
+)
+_USERINFO = re.compile(r"(?<=://)[^\s/@]+@")
+
+
+def _recorded_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The command line's options that change what runs, for the journal's header: given
+    again by ``resume`` and ``approve`` unless the command gives them anew. A secret in them
+    (an ``--mcp`` URL's password, a query key, a value of the environment's secrets) is not
+    written down: it is kept as ``[REDACTED]``, and resuming asks for the option again."""
+    out: dict[str, Any] = {}
+    for name in _RECORDED:
+        value = getattr(args, name, None)
+        if value is not None:
+            out[name] = _hidden(value) if isinstance(value, str) else value
+    if args.mcp:
+        out["mcp"] = [_hidden(spec) for spec in args.mcp]
+    return out
+
+
+def _hidden(text: str) -> str:
+    """``text`` with the secrets a command line may hold replaced by ``[REDACTED]``."""
+    text = _USERINFO.sub(f"{_HIDDEN}@", text)
+    text = _SECRET_QUERY.sub(lambda m: f"{m.group(1)}{_HIDDEN}", text)
+    return redact(text)
+
+
+def _reapply(args: argparse.Namespace, recorded: dict[str, Any], path: Path) -> None:
+    """The options a journal recorded, on ``args`` where the command did not give them anew
+    (``--mcp`` per server name); a value of the wrong type is one line, exit 2."""
+    for name, kind in _RECORDED.items():
+        if name not in recorded or getattr(args, name, None) is not None:
+            continue
+        value = recorded[name]
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise UsageError(
+                f"{path}: the journal's header has a bad value for --{name.replace('_', '-')} "
+                f"({value!r:.60})"
+            )
+        if isinstance(value, str) and _HIDDEN in value:
+            raise UsageError(
+                f"the run's --{name.replace('_', '-')} held a secret, which the journal does "
+                "not keep: give the option again"
+            )
+        setattr(args, name, value)
+    specs = recorded.get("mcp", [])
+    if not isinstance(specs, list) or not all(isinstance(s, str) for s in specs):
+        raise UsageError(f"{path}: the journal's header has a bad value for --mcp")
+    given = {spec.partition("=")[0].strip() for spec in args.mcp}
+    for spec in specs:
+        name = spec.partition("=")[0].strip()
+        if name in given:
+            continue
+        if _HIDDEN in spec:
+            raise UsageError(
+                f"the run's --mcp {name} held a secret, which the journal does not keep: give "
+                f"--mcp {name}=... again"
+            )
+        args.mcp.append(spec)
 
 
 class _JournalPlan:
@@ -421,7 +504,13 @@ class _JournalPlan:
         self.options = recorded_limits or {}
 
     def open(
-        self, defined: Agent, prompt: str, run_id: str, model: str | None, limits: Limits | None
+        self,
+        defined: Agent,
+        prompt: str,
+        run_id: str,
+        model: str | None,
+        limits: Limits | None,
+        cli: dict[str, Any] | None = None,
     ) -> SQLiteJournal:
         from ..core.journal_sqlite import SQLiteJournal
         from ..core.resume import journal_header
@@ -432,6 +521,8 @@ class _JournalPlan:
             header = journal_header(
                 defined, prompt, run_id, tree_ref=self.tree_ref, model=model, limits=limits
             )
+            if cli:
+                header.options["cli"] = cli
             return SQLiteJournal.create(self.path, header)
         except ConfigurationError as exc:
             raise UsageError(str(exc)) from None
@@ -507,7 +598,12 @@ def _launch(
         agent = _with_mcp_servers(agent, args.mcp)
     try:
         limits = _limits_from(args)
-        if journal_plan is not None and journal_plan.resume and limits is None:
+        if (
+            journal_plan is not None
+            and journal_plan.resume
+            and limits is None
+            and "cli" not in journal_plan.options  # a journal from Python: its limits
+        ):
             from ..core.resume import recorded_limits
 
             limits = recorded_limits(journal_plan.options)
@@ -548,7 +644,7 @@ def _launch(
         journal = (
             None
             if journal_plan is None
-            else journal_plan.open(defined, prompt, run_id, model, limits)
+            else journal_plan.open(defined, prompt, run_id, model, limits, _recorded_options(args))
         )
         quiet = args.quiet or args.json
         progress = "none" if quiet else ("live" if sys.stderr.isatty() else "plain")

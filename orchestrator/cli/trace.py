@@ -19,9 +19,9 @@ from ..core.errors import OrchestratorError
 from ..core.redact import secret_values
 from ..core.terminal import terminal_safe
 from ..tracing.tracefiles import (
+    RunSummary,
     TraceFileError,
     TraceNotFoundError,
-    list_runs,
     load_trace,
     resolve_run,
 )
@@ -90,7 +90,16 @@ def list_command(runs_dir: Path, console: Console, *, limit: int | None = None) 
     from rich.table import Table
     from rich.text import Text
 
-    runs = list_runs(runs_dir)
+    from .runindex import AWAITING, RUNNING, journal_only_summaries, run_index, shown_status
+
+    entries = run_index(runs_dir)  # the traces, and runs known only by their journal
+    runs: list[RunSummary] = []
+    said: dict[Path, str] = {}  # what the journal says, where the trace cannot know it yet
+    for entry in entries:
+        traces = sorted(entry.traces, key=_started, reverse=True)
+        runs += traces or journal_only_summaries([entry])
+        if entry.status in (AWAITING, RUNNING):
+            said.update((t.path, shown_status(entry.status)) for t in traces)
     if not runs:
         console.print(f"no saved traces in {escape(str(runs_dir))}")
         return 0
@@ -117,7 +126,7 @@ def list_command(runs_dir: Path, console: Console, *, limit: int | None = None) 
                 format_duration(int(r.duration_s * 1e9)),
                 str(r.span_count),
                 # The outcome says more than the span status; its colour still shows the status.
-                safe(r.outcome or r.status),
+                safe(said.get(r.path) or shown_status(r.outcome or r.status)),
                 safe(where),
             ]
         )
@@ -151,6 +160,10 @@ def list_command(runs_dir: Path, console: Console, *, limit: int | None = None) 
         if r.damage_note:
             console.print(f"[yellow]{escape(r.run_id)}: {escape(r.damage_note)}[/yellow]")
     return 0
+
+
+def _started(summary: RunSummary) -> float:
+    return summary.start.timestamp() if summary.start else 0.0
 
 
 def export_command(

@@ -110,7 +110,10 @@ def _header_of(connection: sqlite3.Connection, path: Path) -> JournalHeader:
         raise ConfigurationError(f"{path} is not a run journal: {exc}") from None
     if not rows:
         raise ConfigurationError(f"{path} is not a run journal (it has no header)")
-    version = int(rows.get("schema_version", "0"))
+    try:
+        version = int(rows.get("schema_version", "0"))
+    except ValueError:
+        version = -1  # refused below, naming the version it reads
     if version != SCHEMA_VERSION:
         raise ConfigurationError(
             f"{path} is a journal of schema version {version}; this version of orchestrator "
@@ -121,15 +124,28 @@ def _header_of(connection: sqlite3.Connection, path: Path) -> JournalHeader:
         if name not in rows:
             continue
         raw = rows[name]
-        if name in _HEADER_JSON:
-            values[name] = json.loads(raw)
-        elif name in _HEADER_INT:
-            values[name] = int(raw)
-        elif name in _HEADER_FLOAT:
-            values[name] = float(raw)
-        else:
-            values[name] = raw
+        try:
+            values[name] = _header_value(name, raw)
+        except (ValueError, TypeError):  # json.JSONDecodeError is a ValueError
+            shown = raw if len(raw) <= 40 else f"{raw[:40]}..."
+            raise ConfigurationError(
+                f"{path}: the journal's header has a bad value for {name} ({shown!r})"
+            ) from None
     return JournalHeader(**values)
+
+
+def _header_value(name: str, raw: str) -> Any:
+    """One header value as its field's type; ValueError or TypeError if it is not one."""
+    if name in _HEADER_JSON:
+        value = json.loads(raw)
+        if not isinstance(value, dict):
+            raise TypeError(name)
+        return value
+    if name in _HEADER_INT:
+        return int(raw)
+    if name in _HEADER_FLOAT:
+        return float(raw)
+    return raw
 
 
 def read_header(path: str | os.PathLike[str]) -> JournalHeader:
@@ -217,19 +233,33 @@ class SQLiteJournal:
         except OSError as exc:  # a folder that cannot hold it (or a file created meanwhile)
             raise ConfigurationError(f"cannot write the run's journal to {where}: {exc}") from None
         lock = _locked(fd, where)
-        connection = _connect(where)
-        connection.executescript(_SCHEMA)
-        rows = {"schema_version": str(SCHEMA_VERSION)}
-        for name in JournalHeader.__dataclass_fields__:
-            value = getattr(header, name)
-            if name in ("schema_version", "started_at"):
-                continue
-            rows[name] = json.dumps(value) if name in _HEADER_JSON else str(value)
-        with connection:
-            connection.execute("BEGIN IMMEDIATE")
-            connection.executemany(
-                "INSERT OR REPLACE INTO header (key, value) VALUES (?, ?)", rows.items()
-            )
+        connection: sqlite3.Connection | None = None
+        try:
+            connection = _connect(where)
+            connection.executescript(_SCHEMA)
+            rows = {"schema_version": str(SCHEMA_VERSION)}
+            for name in JournalHeader.__dataclass_fields__:
+                value = getattr(header, name)
+                if name in ("schema_version", "started_at"):
+                    continue
+                rows[name] = json.dumps(value) if name in _HEADER_JSON else str(value)
+            with connection:
+                connection.execute("BEGIN IMMEDIATE")
+                connection.executemany(
+                    "INSERT OR REPLACE INTO header (key, value) VALUES (?, ?)", rows.items()
+                )
+        except BaseException as exc:
+            # a full disk, a file size limit (ulimit -f), a folder that went away: nothing
+            # half-made is left behind to block the next run or resume under this id
+            if connection is not None:
+                connection.close()
+            os.close(lock)
+            _remove(where)
+            if isinstance(exc, OSError) or type(exc).__module__ == "sqlite3":
+                raise ConfigurationError(
+                    f"cannot write the run's journal to {where}: {exc}"
+                ) from None
+            raise
         return cls(where, connection, lock, header, resuming=False)
 
     @classmethod
@@ -238,14 +268,21 @@ class SQLiteJournal:
         where = Path(path)
         if not where.is_file():
             raise ConfigurationError(f"no journal at {where}")
-        fd = os.open(where, os.O_RDWR)
-        lock = _locked(fd, where)
-        connection = _connect(where)
         try:
+            fd = os.open(where, os.O_RDWR)
+        except OSError as exc:
+            raise ConfigurationError(f"cannot open the journal {where}: {exc}") from None
+        lock = _locked(fd, where)
+        connection: sqlite3.Connection | None = None
+        try:
+            connection = _connect(where)
             header = _header_of(connection, where)
-        except BaseException:
-            connection.close()
+        except BaseException as exc:
+            if connection is not None:
+                connection.close()
             os.close(lock)
+            if isinstance(exc, OSError) or type(exc).__module__ == "sqlite3":
+                raise ConfigurationError(f"{where} is not a run journal: {exc}") from None
             raise
         return cls(where, connection, lock, header, resuming=True)
 
@@ -269,8 +306,7 @@ class SQLiteJournal:
 
     def discard(self) -> None:
         """Delete the (closed) file of a run that never started: there is nothing to resume."""
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+        _remove(self.path)
 
     def _write(self, sql: str, parameters: tuple[Any, ...]) -> None:
         self._db.execute(sql, parameters)  # autocommit: one transaction per record
@@ -360,6 +396,12 @@ class SQLiteJournal:
             "SELECT count(result), count(*) - count(result) FROM calls"
         ).fetchone()
         return {"responses": int(responses), "results": int(done), "in_flight": int(open_)}
+
+
+def _remove(where: Path) -> None:
+    """A journal's files (the database, its WAL and its shared memory), where they exist."""
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{where}{suffix}").unlink(missing_ok=True)
 
 
 def _locked(fd: int, where: Path) -> int:
