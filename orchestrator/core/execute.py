@@ -239,12 +239,14 @@ async def _screen(
     try:
         if order is not None:
             await order.wait_turn(index)
-        if (
-            held is not None
-            and decision is Decision.CONFIRM
-            and isinstance(problem := arguments_of(held, call), str)
-        ):
-            return problem, "invalid_arguments"  # no approver asked about it
+        if held is not None and decision is Decision.CONFIRM:
+            problem = (
+                await _checked_in_thread(held, call, node.runtime)
+                if held.checks_in_thread
+                else arguments_of(held, call)
+            )
+            if isinstance(problem, str):
+                return problem, "invalid_arguments"  # no approver asked about it
         pending = PendingCall(call.name, call.input, call.id, node.agent.name, node.path)
         try:
             refusal = await node.policy.check(
@@ -359,6 +361,29 @@ def arguments_of(t: Tool, call: ToolUseBlock) -> dict[str, Any] | str:
         return describe_validation_error(t, exc)
 
 
+async def _checked_in_thread(t: Tool, call: ToolUseBlock, rt: ToolRuntime) -> dict[str, Any] | str:
+    """The call's arguments checked in a worker thread, within the call's ``tool_timeout``:
+    the validated keyword arguments, or what is wrong (a check that does not end in time
+    included: its thread is abandoned and counted, and the call is not run)."""
+    limiter = _SeenLimiter(rt.thread_limiter)
+    with trio.move_on_after(rt.timeout) if rt.timeout < math.inf else contextlib.nullcontext():
+        try:
+            return await trio.to_thread.run_sync(
+                functools.partial(arguments_of, t, call),
+                abandon_on_cancel=True,
+                limiter=typing.cast("trio.CapacityLimiter", limiter),
+            )
+        except BaseException as exc:
+            if limiter.acquired and is_cancellation(exc):
+                rt.on_abandoned_thread()  # a regular expression cannot be stopped: left to end
+            raise
+    return (
+        f"the arguments for tool {t.name!r} could not be checked against its schema within "
+        f"{rt.timeout:g}s (its tool_timeout; a pattern of the schema takes too long on them); "
+        f"the call was not run. Send shorter or simpler values"
+    )
+
+
 async def execute(
     t: Tool, call: ToolUseBlock, ctx: ToolContext | None, rt: ToolRuntime
 ) -> ToolResultBlock:
@@ -370,11 +395,17 @@ async def execute(
     only built (and only needed) for tools that take one.
     """
     limit = rt.max_result_chars
-    try:  # arguments_of's work, without its frame on every call: it only words the error
-        kwargs = t.validate(call.input)
-    except pydantic.ValidationError:
-        problem = typing.cast(str, arguments_of(t, call))
-        return error_result(call.id, problem, limit, "invalid_arguments")
+    if t.checks_in_thread:  # a schema pattern may backtrack for minutes: off the event loop
+        checked = await _checked_in_thread(t, call, rt)
+        if isinstance(checked, str):
+            return error_result(call.id, checked, limit, "invalid_arguments")
+        kwargs = checked
+    else:
+        try:  # arguments_of's work, without its frame on every call: it only words the error
+            kwargs = t.validate(call.input)
+        except pydantic.ValidationError:
+            problem = typing.cast(str, arguments_of(t, call))
+            return error_result(call.id, problem, limit, "invalid_arguments")
     args = (ctx,) if t.takes_context else ()
     if t.runtime_tool:
         # spawn_subagent, awaited here and not in _attempt: a child's whole loop runs under

@@ -693,6 +693,22 @@ def _input_check(schema: Any, tool_name: str) -> SchemaCheck:
     return compile_schema(schema, tool_name)
 
 
+def has_patterns(schema: Any) -> bool:
+    """Whether ``schema`` holds a ``pattern`` or ``patternProperties``: a regular expression
+    may backtrack for minutes on a string the model chose (``^(a+)+$`` on 30 a's and a ``!``),
+    so such a tool's arguments are checked in a worker thread, bounded by the call's timeout."""
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Mapping):
+            if "pattern" in node or "patternProperties" in node:
+                return True
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return False
+
+
 def unchecked(exc: Exception) -> Problem:
     """The one problem of arguments whose check failed itself (a recursion past the
     interpreter's limit, a pattern Python rejects at match time): the call is refused, never

@@ -107,6 +107,7 @@ class Tool:
         "_spec",
         "_validator",
         "args_model",
+        "checks_in_thread",
         "description",
         "fn",
         "idempotent",
@@ -167,6 +168,9 @@ class Tool:
             )
         )
         self.never_waits = _never_waits(fn)
+        self.checks_in_thread = False
+        """Arguments checked in a worker thread, under the call's timeout (a schema pattern may
+        backtrack for minutes on a model-chosen string): see :class:`SchemaTool`."""
         """An ``async def`` whose body has no ``await``: it cannot reach a checkpoint."""
         self.takes_context, self.args_model, schema = _build_args_model(self.name, fn, param_docs)
         schema.pop("title", None)
@@ -246,6 +250,9 @@ class Tool:
         t.runtime_tool = False
         t.is_async = is_async
         t.never_waits = False
+        from .schema import has_patterns  # loaded: the schema was just compiled
+
+        t.checks_in_thread = has_patterns(input_schema)
         t.takes_context = takes_context
         t.args_model = None  # type: ignore[assignment]  # no signature: the schema is the model
         t.input_schema = input_schema

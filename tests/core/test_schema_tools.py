@@ -7,7 +7,18 @@ import sys
 import pytest
 import trio
 
-from orchestrator import Agent, ConfigurationError, Policy, RunStatus, Tool, ToolContext, run
+from orchestrator import (
+    Agent,
+    ConfigurationError,
+    Limits,
+    Policy,
+    RunStatus,
+    Tool,
+    ToolContext,
+    open_run,
+    run,
+    tool,
+)
 from orchestrator.core.schema import compile_schema
 from orchestrator.models import ScriptedModel, text, tool_call
 
@@ -362,3 +373,43 @@ async def test_an_argument_error_quotes_a_short_schema_to_fix_the_call_against()
     result, _ = await run_calls(WEATHER_SCHEMA, [{"city": 3}])
     [bad] = results_of(result)
     assert bad.is_error and '"additionalProperties":false' in bad.content
+
+
+async def test_a_pattern_that_backtracks_for_long_cannot_hang_the_run():
+    # ^(a+)+$ backtracks 2**n steps on n a's and a '!': checked off the event loop, bounded by
+    # the call's tool_timeout; the run and a sibling call go on meanwhile
+    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^(a+)+$"}}}
+    check = Tool.from_schema("check", "d", schema, lambda a: "ran")
+    assert check.checks_in_thread
+
+    @tool
+    async def other() -> str:
+        """A sibling call."""
+        return "sibling ran"
+
+    evil = "a" * 25 + "!"  # seconds of backtracking on any machine; not minutes of CPU after
+    model = ScriptedModel(
+        [[tool_call("check", {"code": evil}), tool_call("other", {})], text("done")]
+    )
+    async with open_run(
+        Agent("a", "x", tools=[check, other]), "go", model=model, limits=Limits(tool_timeout=0.5)
+    ) as handle:
+        result = await handle.result()
+    assert result.status is RunStatus.COMPLETED
+    bad, sibling = results_of(result)
+    assert bad.is_error and "could not be checked against its schema within 0.5s" in bad.content
+    assert sibling.content == "sibling ran"
+    assert handle.abandoned_threads == 1  # the match goes on in its thread until it ends
+
+
+async def test_a_pattern_checked_in_a_thread_still_admits_and_refuses_as_it_should():
+    schema = {
+        "type": "object",
+        "properties": {"code": {"type": "string", "pattern": "^[A-Z]{3}$"}},
+        "required": ["code"],
+    }
+    result, paid = await run_calls(schema, [{"code": "ABC"}, {"code": "abc"}])
+    good, bad = results_of(result)
+    assert not good.is_error and paid == [{"code": "ABC"}]
+    assert bad.is_error and "does not match the pattern" in bad.content
+    assert not Tool.from_schema("t", "d", WEATHER_SCHEMA, lambda a: 1).checks_in_thread
