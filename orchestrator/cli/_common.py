@@ -36,6 +36,7 @@ EXIT_CODES: dict[RunStatus, int] = {
     RunStatus.ERROR_THRESHOLD: 7,
     RunStatus.REFUSAL: 8,
     RunStatus.CONTEXT_EXCEEDED: 9,
+    RunStatus.INVALID_OUTPUT: 10,
     RunStatus.CANCELLED: 130,
 }
 EXIT_USAGE = 2

@@ -13,9 +13,24 @@ from ..core.loop import MAX_OUTPUT_CAP
 from ..core.spawn import DEFAULT_CONTEXT
 from ..models.base import Model, resolve_model
 
-__all__ = ["worst_case"]
+__all__ = ["output_types", "worst_case"]
 
 _State: TypeAlias = tuple[Agent, Model, Limits, int]
+
+
+def output_types(root: Agent) -> dict[str, dict[str, Any]]:
+    """What each agent of the tree answers with, by name: ``type`` (``str`` for text), its
+    ``fields`` (none for text, or for a type that is not an object) and the ``mode`` it is asked
+    in (``text``, ``tool`` or ``native``)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, agent in AgentTree(root).by_name.items():
+        spec = agent.output_spec
+        if spec is None:
+            out[name] = {"type": "str", "fields": [], "mode": "text"}
+        else:
+            fields = [] if spec.wrapped else list(spec.fields)
+            out[name] = {"type": spec.name, "fields": fields, "mode": spec.mode}
+    return out
 
 
 def worst_case(

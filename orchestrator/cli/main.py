@@ -7,7 +7,7 @@ share with this module (the exit codes, the usage error, the stream helpers) is 
 
 Exit codes: 0 completed; 1 error; 2 bad usage or input (file, name, tree); 3 max_turns;
 4 timeout; 5 budget_exceeded; 6 repeat_guard; 7 error_threshold; 8 refusal;
-9 context_exceeded; 130 cancelled (Ctrl-C).
+9 context_exceeded; 10 invalid_output; 130 cancelled (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -138,16 +138,26 @@ def _safe_last_resort() -> Iterator[None]:
         logging.lastResort = saved
 
 
+def _exit_codes_text() -> str:
+    """The exit codes, from the table the command uses (a new status is listed at once)."""
+    codes = sorted([*((c, s.value) for s, c in EXIT_CODES.items()), (EXIT_USAGE, "bad usage")])
+    return "exit codes: " + ", ".join(f"{code} {name}" for code, name in codes)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="orchestrator", description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--version", action="version", version=f"orchestrator {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="run an agent tree defined in a Python file")
+    run = sub.add_parser(
+        "run", help="run an agent tree defined in a Python file", epilog=_exit_codes_text()
+    )
     run.add_argument("target", help="FILE.py or FILE.py:NAME (default NAME: agent)")
     run.add_argument("prompt", help="the task for the root agent")
     resume = sub.add_parser(
-        "resume", help="continue a run that was killed, cancelled or timed out, from its journal"
+        "resume",
+        help="continue a run that was killed, cancelled or timed out, from its journal",
+        epilog=_exit_codes_text(),
     )
     resume.add_argument("run", help="run id (a unique prefix of one) or journal file (.db)")
     for p in (run, resume):

@@ -784,17 +784,20 @@ def _write_answer(
     offline: bool,
     trace_file: str | None = None,
 ) -> None:
-    """The run's answer on stdout: its text, or (``--json``) the whole result.
+    """The run's answer on stdout: its text (a typed answer's JSON, indented), or (``--json``)
+    the whole result.
 
     Secrets are redacted from both (the answer is written as the model wrote it otherwise: no
     character of it is escaped); JSON escapes every control character itself.
     """
     secrets = secret_values()
+    typed = result.output_json
     if args.json:
         payload = {
             "run_id": result.run_id,
             "status": result.status.value,
-            "output": result.output,
+            # a typed answer as its JSON value (an object, a list, a number...)
+            "output": result.output if typed is None else json.loads(typed),
             "error": result.error,
             "agents": result.agents,
             "turns": result.total_turns,
@@ -806,6 +809,9 @@ def _write_answer(
             "tree": result.to_dict(messages=bool(getattr(args, "transcripts", False))),
         }
         _write_stdout(json.dumps(_redacted(payload, secrets)) + "\n")
+    elif typed is not None:  # a typed answer: its JSON, indented for a reader
+        value = _redacted(json.loads(typed), secrets)
+        _write_stdout(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
     elif result.output:
         _write_stdout(redact(result.output, secrets).rstrip() + "\n")
 
@@ -883,11 +889,12 @@ def _mcp_did_not_start(result: RunResult, names: list[str]) -> bool:
 def _dry_run(
     agent: Agent, model: str | None, limits: Limits | None, args: argparse.Namespace
 ) -> int:
-    from .dryrun import worst_case
+    from .dryrun import output_types, worst_case
 
     try:
         report = worst_case(agent, limits, default_model=model)
         report.update(_toolset_report(agent, Path(args.runs_dir)))
+        outputs = output_types(agent)
     except ConfigurationError as exc:  # an invalid tree: one line, exit 2, like a real run
         raise UsageError(str(exc)) from None
     if args.json:  # JSON has no Infinity (strict parsers refuse it): unbounded is null
@@ -895,10 +902,18 @@ def _dry_run(
             k: None if isinstance(v, float) and not math.isfinite(v) else v
             for k, v in report.items()
         }
+        finite["outputs"] = outputs
         sys.stdout.write(json.dumps(_redacted(finite, secret_values()), allow_nan=False) + "\n")
     else:
         for key, value in report.items():
             sys.stdout.write(terminal_safe(f"{key}: {value}") + "\n")
+        for name, output in outputs.items():  # "Findings {summary, claims} (tool mode)"
+            shown = "text" if output["mode"] == "text" else output["type"]
+            if output["fields"]:
+                shown += f" {{{', '.join(output['fields'])}}}"
+            if output["mode"] != "text":
+                shown += f" ({output['mode']} mode)"
+            sys.stdout.write(terminal_safe(f"output of {name}: {shown}") + "\n")
     return 0
 
 
