@@ -334,7 +334,7 @@ class _Compiler:
             return []
 
         def check(value: Any, path: tuple[str | int, ...], out: list[Problem]) -> None:
-            if not _is_number(value):
+            if isinstance(value, bool) or not isinstance(value, int | float):
                 return  # "type" says whether it must be a number
             for keyword, bound, ok, shown in bounds:
                 if not ok(value, bound):
@@ -397,6 +397,28 @@ class _Compiler:
             raise self.fail("has dependentRequired that is not an object")
         dependent_required = {str(k): self.names(v, "dependentRequired") for k, v in needs.items()}
         dependent_schemas = self.schemas(schema, "dependentSchemas")
+        constrained = low is not None or high is not None or key_check is not None
+        if not (patterns or constrained or dependent_required or dependent_schemas):
+
+            def plain(value: Any, path: tuple[str | int, ...], out: list[Problem]) -> None:
+                # what most tool schemas need: properties, required, additionalProperties
+                if not isinstance(value, Mapping):
+                    return
+                for name in required:
+                    if name not in value:
+                        out.append(((*path, name), "a required argument is missing"))
+                for key, item in value.items():
+                    field = fields.get(key)
+                    if field is not None:
+                        field(item, (*path, key), out)
+                    elif refuse_extra:
+                        out.append(((*path, key), "no such argument in the schema"))
+                    elif extra is not None:
+                        extra(item, (*path, key), out)
+                    if len(out) >= _MAX_PROBLEMS:
+                        return
+
+            return plain
 
         def check(value: Any, path: tuple[str | int, ...], out: list[Problem]) -> None:
             if not isinstance(value, Mapping):
