@@ -1,6 +1,13 @@
 """The research tree: a lead splits a question, researchers search and read in parallel, the
 lead writes an answer that cites the documents read.
 
+Each researcher answers with typed :class:`Findings` (a summary and claims, each citing the
+document ids it comes from), checked before the lead sees them: a claim citing a document the
+researcher did not read (an id none of its own ``search`` or ``read`` calls returned) is
+rejected and the researcher is asked again (``Limits(output_retries=2)``), so the lead gets
+only citations that point at something read. The lead answers in prose from the findings and
+keeps only their citations.
+
     orchestrator run agents/research.py "How do lambda expressions and list comprehensions work?"
 
 The lead holds no search tools; each researcher gets only ``search`` and ``read``. Without an API
@@ -12,26 +19,31 @@ searches a folder of .md/.txt/.rst/.html files instead of the Python documentati
 
 from orchestrator import Agent, Limits
 from orchestrator.models.anthropic import DEFAULT_MODEL, FAST_MODEL
+from orchestrator.research.findings import Findings, cited_sources_were_read
 from orchestrator.research.tools import corpus_tools
 
 researcher = Agent(
     "researcher",
     "You research one sub-question in a document corpus. Search with a few plain keywords, read "
-    "the two or three most relevant documents (or sections), and answer in a short paragraph "
-    "built from what you read. Cite every claim with the document id in brackets, like "
-    "[topic:for]. Say so plainly if the documents do not answer the question.",
-    description="Researches one focused sub-question in the corpus and answers with citations.",
+    "the two or three most relevant documents (or sections), and give your findings: a short "
+    "summary, and one claim per point, each citing the ids of the documents you read that say "
+    "it (as search gave them, like topic:for). Cite nothing you did not read. If the documents "
+    "do not answer the question, say so in the summary and give no claims.",
+    description="Researches one focused sub-question in the corpus and reports cited findings.",
     model=f"anthropic:{FAST_MODEL}",
     tools=corpus_tools(),
     limits=Limits(max_turns=8),
+    output_type=Findings,
+    output_validators=[cited_sources_were_read],
 )
 
 agent = Agent(
     "lead",
     "You lead a research team. Split the user's question into two to four focused "
     "sub-questions, spawn one researcher per sub-question in a single turn so they work in "
-    "parallel, then write the final answer from their reports. Keep their citations (document "
-    "ids in brackets) next to the claims they support and end with a list of sources.",
+    "parallel, then write the final answer from their findings. Keep their citations (document "
+    "ids in brackets, like [topic:for]) next to the claims they support, cite nothing their "
+    "claims do not, and end with a list of sources.",
     description="Splits a question, delegates to researchers, synthesizes a cited answer.",
     model=f"anthropic:{DEFAULT_MODEL}",
     subagents=[researcher],

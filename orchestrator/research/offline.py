@@ -9,13 +9,16 @@ Provider ``offline`` in traces, zero cost, zero billed tokens.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..core.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage
-from ..models.base import ModelContext, ModelRequest, ModelResponse, ToolSpec
+from ..core.output import FINAL_RESULT
+from ..models.base import ModelContext, ModelRequest, ModelResponse, OutputFormat, ToolSpec
 from .arguments import example_arguments as example_arguments
+from .findings import Claim, Findings
 from .passages import choose_reads
 from .passages import select_passages as select_passages
 from .questions import MAX_SUBQUESTIONS
@@ -40,6 +43,9 @@ _ID_LINE = re.compile(r"^\[(.+?)\](?=\s|$)", re.MULTILINE)
 # opens (a quoted passage may hold brackets of its own; an id may hold spaces and brackets)
 _ID_CITE = re.compile(r"^- .* \[(.+)\]$", re.MULTILINE)
 _LEAD_IN = "What the documents say about"
+_REJECTED = "The output was rejected"  # how a rejected typed answer is sent back
+# a problem's field path naming one claim of a rejected answer ("claims.2", "claims.2.sources")
+_CLAIM_PATH = re.compile(r"\bclaims\.(\d+)\b")
 
 
 # -- the model ----------------------------------------------------------------------------------
@@ -65,9 +71,19 @@ class OfflineModel:
       followed by the ``[id]`` it came from;
     * offered other tools, it calls each once with arguments valid for its JSON schema
       (``example_arguments``), then finishes with what they returned.
+
+    A typed agent (the request has an ``output``) ends with its value instead of text, through
+    the ``final_result`` tool or, in native mode, as the JSON text: a researcher whose type has
+    the fields of :class:`~.findings.Findings` answers with one claim per passage, citing the
+    document it was read from; a lead reads its typed children's JSON back as their claims and
+    keeps only their sources; any other type gets a value valid for its schema, its text taken
+    from the answer the model would have written. A rejected answer is given again without
+    the claims the problems name (``claims.N``), so a claim citing what was not read drops out.
     """
 
     provider = "offline"
+    supports_native_output = True
+    """In native output mode the offline model's final text is the JSON of its value."""
 
     @property
     def name(self) -> str:
@@ -88,7 +104,23 @@ class OfflineModel:
 
     def decide(self, request: ModelRequest) -> list[TextBlock | ToolUseBlock]:
         """The next reply for ``request``'s transcript."""
-        tools = {t.name: t for t in request.tools}
+        typed = request.output
+        if typed is None:
+            return self._decide(request)
+        messages = request.messages
+        again = _answer_again(
+            typed, request.turn_index(), messages, _last_assistant(messages), _results_of(messages)
+        )
+        if again is not None:
+            return [again]
+        reply = self._decide(request)
+        if len(reply) != 1 or not isinstance(reply[0], TextBlock):
+            return reply
+        answer = reply[0].text
+        return [_typed_answer(typed, request.turn_index(), answer, _findings_of(answer))]
+
+    def _decide(self, request: ModelRequest) -> list[TextBlock | ToolUseBlock]:
+        tools = {t.name: t for t in request.tools if t.name != FINAL_RESULT}
         messages = request.messages
         task = _first_user_text(messages)
         turn = request.turn_index()
@@ -184,13 +216,23 @@ class OfflineModel:
                     f"\n## {sub}\n(this part could not be researched: {_clip(r.content, 200)})"
                 )
                 continue
-            body = "\n".join(
-                line
-                for line in r.content.splitlines()
-                if not line.startswith(("Sources:", _LEAD_IN))
-            )
+            found = _child_findings(r.content)
+            if found is not None:  # a typed child: its claims, and only their sources
+                body = (
+                    "\n".join(
+                        f"- {c.text} " + " ".join(f"[{s}]" for s in c.sources) for c in found.claims
+                    )
+                    or found.summary
+                )
+                sources.extend(s for c in found.claims for s in c.sources)
+            else:
+                body = "\n".join(
+                    line
+                    for line in r.content.splitlines()
+                    if not line.startswith(("Sources:", _LEAD_IN))
+                )
+                sources.extend(_ID_CITE.findall(body))
             sections.append(f"\n## {sub.rstrip('?？ ')}?\n{body.strip()}")
-            sources.extend(_ID_CITE.findall(body))
         spawned = [str(c.input.get("task", "")) for c in calls if c.name == SPAWN]
         parts = split_question(task, limit=None)
         # only when the lead split the question (not when each child got all of it)
@@ -203,6 +245,97 @@ class OfflineModel:
         if sources:
             sections.append("\nSources: " + ", ".join(f"[{s}]" for s in dict.fromkeys(sources)))
         return "\n".join(sections)
+
+
+# -- typed answers ------------------------------------------------------------------------------
+
+
+def _findings_of(answer: str) -> Findings:
+    """A text answer as findings: each cited line ("- passage [id]") a claim, the first line
+    (or the whole text, when nothing is cited) the summary."""
+    claims = [
+        Claim(text=m.group(1), sources=[m.group(2)])
+        for m in re.finditer(r"^- (.*) \[(.+)\]$", answer, re.MULTILINE)
+    ]
+    lines = [line for line in answer.splitlines() if line.strip()]
+    summary = lines[0] if claims and lines else answer
+    if claims and summary.startswith(_LEAD_IN):
+        summary = f"{len(claims)} passages of the documents read bear on " + summary[
+            len(_LEAD_IN) :
+        ].strip(" :")
+    return Findings(summary=summary, claims=claims)
+
+
+def _is_findings(schema: Mapping[str, Any]) -> bool:
+    return {"summary", "claims"} <= set(schema.get("properties", {}))
+
+
+def _typed_answer(
+    output: OutputFormat, turn: int, answer: str, findings: Findings
+) -> TextBlock | ToolUseBlock:
+    """The final answer as the agent's type asks: findings for a findings-shaped type, else
+    a value valid for the schema with the answer as its text."""
+    value = example_arguments(ToolSpec(FINAL_RESULT, "", output.schema), answer)
+    if _is_findings(output.schema) and not output.wrapped:
+        value.update(findings.model_dump(mode="json"))
+    return _give(output, turn, value)
+
+
+def _give(output: OutputFormat, turn: int, value: dict[str, Any]) -> TextBlock | ToolUseBlock:
+    if output.native:
+        return TextBlock(json.dumps(value, ensure_ascii=False))
+    return _call(turn, 0, FINAL_RESULT, value)
+
+
+def _answer_again(
+    output: OutputFormat,
+    turn: int,
+    messages: Sequence[Message],
+    previous: Message | None,
+    results: Mapping[str, ToolResultBlock],
+) -> TextBlock | ToolUseBlock | None:
+    """After a rejected answer: the same answer without the claims the problems name
+    (``None`` when the last answer was not rejected)."""
+    if previous is None:
+        return None
+    given: Any = None
+    problems = ""
+    if output.native:
+        last = messages[-1] if messages else None
+        if last is not None and last.role == "user" and last.text.startswith(_REJECTED):
+            given, problems = previous.text, last.text
+    else:
+        for call in previous.tool_uses:
+            if call.name == FINAL_RESULT and call.id in results and results[call.id].is_error:
+                given, problems = dict(call.input), results[call.id].content
+    if given is None:
+        return None
+    if isinstance(given, str):
+        try:
+            given = json.loads(given)
+        except ValueError:
+            given = {}
+    value = dict(given) if isinstance(given, dict) else {}
+    claims = value.get("claims")
+    if _is_findings(output.schema) and isinstance(claims, list):
+        named = {int(i) for i in _CLAIM_PATH.findall(problems)}
+        value["claims"] = [c for i, c in enumerate(claims) if i not in named]
+        if claims and not value["claims"]:
+            first = problems.removeprefix(_REJECTED).strip(" :\n-").splitlines()[0]
+            value["summary"] = f"Nothing I found could be kept: {_clip(first, 300)}"
+    return _give(output, turn, value)
+
+
+def _child_findings(content: str) -> Findings | None:
+    """A typed child's findings from its spawn result (its JSON, maybe followed by more text,
+    such as the budget left), or ``None`` for a text child."""
+    if not content.startswith("{"):
+        return None
+    try:
+        value, _ = json.JSONDecoder().raw_decode(content)
+        return Findings.model_validate(value)
+    except ValueError:  # pydantic's ValidationError is one
+        return None
 
 
 # -- reading the transcript ---------------------------------------------------------------------

@@ -135,20 +135,26 @@ def walk(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 def research_responder(body: dict[str, Any]) -> Reply:
     """A tiny stand-in for a model driving the research tree: the lead spawns one researcher,
-    the researcher searches once, reads the first hit, then answers; the lead answers."""
+    the researcher searches once, reads the first hit, then gives its findings (a call of
+    final_result, citing what it read); the lead answers."""
     system = body["messages"][0]["content"]
     turn = sum(1 for m in body["messages"] if m["role"] == "assistant")
     if "lead a research team" in system:
         if turn == 0:
             task = {"agent": "researcher", "task": "What does a for statement do?"}
             return reply_calls(("spawn_subagent", task))
-        report = body["messages"][-1]["content"]
-        return reply_text(f"Final answer: {report[:200]}")
+        findings = json.loads(body["messages"][-1]["content"])  # the researcher's, as JSON
+        claim = findings["claims"][0]
+        return reply_text(f"Final answer: {claim['text']} [{claim['sources'][0]}]")
     if turn == 0:
         return reply_calls(("search", {"query": "for statement"}))
     if turn == 1:
         return reply_calls(("read", {"doc_id": "topic:for"}))
-    return reply_text("A for statement iterates over a sequence [topic:for].")
+    findings = {
+        "summary": "A for statement iterates over a sequence.",
+        "claims": [{"text": "A for statement iterates over a sequence.", "sources": ["topic:for"]}],
+    }
+    return reply_calls(("final_result", findings))
 
 
 def test_the_research_tree_runs_on_an_openai_compatible_server_from_the_cli(
@@ -173,7 +179,9 @@ def test_the_research_tree_runs_on_an_openai_compatible_server_from_the_cli(
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["offline"] is False and (out["status"], out["agents"]) == ("completed", 2)
-    assert "Final answer:" in out["output"] and "[topic:for]" in out["output"]
+    assert out["output"] == "Final answer: A for statement iterates over a sequence. [topic:for]"
+    (researcher,) = out["tree"]["children"]
+    assert researcher["output"]["claims"][0]["sources"] == ["topic:for"]  # checked findings
     for node in walk(out["tree"]):
         check_transcript([message_from_wire(m) for m in node["messages"]])
     bodies = server.bodies

@@ -19,6 +19,7 @@ from orchestrator.core.messages import Message, TextBlock, ToolResultBlock
 from orchestrator.models.base import AgentInfo, ModelRequest, ToolSpec
 from orchestrator.research.arguments import example_arguments
 from orchestrator.research.corpus import Corpus, SearchHit
+from orchestrator.research.findings import Findings, cited_sources_were_read
 from orchestrator.research.offline import OfflineModel
 from orchestrator.research.passages import select_passages
 from orchestrator.research.questions import keywords, search_query, split_question
@@ -63,12 +64,15 @@ def folder_corpus(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def research_tree(root: Path, index: Path) -> Agent:
+    """The shape of agents/research.py: researchers answer with checked findings."""
     researcher = Agent(
         "researcher",
         "Research one sub-question.",
         description="Researches one sub-question.",
         tools=corpus_tools(root, index_path=index),
         limits=Limits(max_turns=8),
+        output_type=Findings,
+        output_validators=[cited_sources_were_read],
     )
     return Agent(
         "lead",
@@ -144,8 +148,9 @@ async def test_a_researcher_whose_searches_fail_says_why_instead_of_finding_noth
         "How do generators work?",
     )
     (researcher,) = result.children
-    assert researcher.output.startswith("I could not search the documents:")
-    assert "no-such-folder" in researcher.output
+    assert researcher.output.claims == []
+    assert researcher.output.summary.startswith("I could not search the documents:")
+    assert "no-such-folder" in researcher.output.summary
     assert "I could not search the documents" in result.output
 
 
