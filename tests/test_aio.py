@@ -350,3 +350,27 @@ def test_the_asyncio_entry_points_take_exactly_the_trio_ones_arguments(name):
         return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
 
     assert parameters(getattr(aio, name)) == parameters(getattr(orchestrator, name))
+
+
+def test_a_typed_tree_awaited_from_asyncio_returns_the_validated_instance() -> None:
+    from pydantic import BaseModel
+
+    from orchestrator.models import final
+
+    class Nap(BaseModel):
+        slept_ms: int
+        said: str
+
+    def answer(request: Any) -> Any:  # nap on the loop, then answer what the tool said
+        if len(request.messages) == 1:
+            return tool_call("nap", {"ms": 5})
+        return final(Nap(slept_ms=5, said=request.messages[-1].content[0].content))
+
+    agent = Agent("napper", "Nap.", tools=[nap], model=FunctionModel(answer), output_type=Nap)
+
+    async def main() -> Nap:
+        result = await aio.run(agent, "nap")
+        assert result.status is RunStatus.COMPLETED, result.error
+        return result.output  # a Nap to mypy, without a cast
+
+    assert asyncio.run(main()) == Nap(slept_ms=5, said="slept 5")

@@ -98,13 +98,18 @@ def _definitions(root: Agent) -> list[Agent]:
 
 
 def _first_difference(recorded: dict[str, str], given: dict[str, str]) -> str:
+    # keys are "agent.part": an agent's name may hold dots, a part's never does
+    in_both = {k.rpartition(".")[0] for k in recorded} & {k.rpartition(".")[0] for k in given}
     for key in sorted(set(recorded) | set(given)):
+        agent, _, part = key.rpartition(".")
+        # only a typed agent has an "output" part: a text agent made typed (or back) is in both
+        if part == "output" and agent in in_both and recorded.get(key) != given.get(key):
+            return f"agent {agent!r} has another output type or mode than when it was journaled"
         if key not in given:
-            return f"agent {key.split('.')[0]!r} is in the journal's tree, not in this one"
+            return f"agent {agent!r} is in the journal's tree, not in this one"
         if key not in recorded:
-            return f"agent {key.split('.')[0]!r} is in this tree, not in the journal's"
+            return f"agent {agent!r} is in this tree, not in the journal's"
         if recorded[key] != given[key]:
-            agent, _, part = key.partition(".")
             return f"agent {agent!r} has other {part} than when the run was journaled"
     return "the trees differ"
 
