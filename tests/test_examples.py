@@ -36,6 +36,11 @@ EXPECTED: dict[str, tuple[str, str, str]] = {
     # as a script its children run on a LocalCluster of two processes; through the CLI, here
     "dask_fanout.py": ("", "8 workers counted 48456 primes in all.", "Count the primes"),
     "durable_run.py": ("", "Report sent: 3 sections (report sent).", "Write the report"),
+    "typed_report.py": (
+        "",
+        "a cancel scope cancels everything inside it, deadlines included.",
+        "How does trio keep concurrent tasks in order?",
+    ),
 }
 
 
@@ -212,3 +217,21 @@ def test_the_durable_example_resumes_without_doing_anything_twice(
     assert calls <= 4, line  # at most turns 2-5: turn 1 at least came from the journal
     assert "1" not in written.split(", "), line
     assert line.endswith("report sent 1 time(s)"), line
+
+
+def test_the_typed_report_example_reports_each_researchers_checked_findings(
+    script: Callable[[str, str], CliRun],
+) -> None:
+    proc = script("typed_report.py", "")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "How does trio keep concurrent tasks in order? (completed)"
+    assert "## What does a nursery do?" in lines and "## What does a cancel scope do?" in lines
+    assert (
+        "- Nurseries: a nursery owns its child tasks, and none outlives it. [nurseries.md]" in lines
+    )
+    assert "Sources: nurseries.md, cancel-scopes.md" in lines
+    assert lines[-2:] == [
+        "  lead/researcher#1: completed, 2 claim(s)",
+        "  lead/researcher#2: completed, 2 claim(s)",
+    ]

@@ -260,9 +260,11 @@ def _findings_of(answer: str) -> Findings:
     lines = [line for line in answer.splitlines() if line.strip()]
     summary = lines[0] if claims and lines else answer
     if claims and summary.startswith(_LEAD_IN):
-        summary = f"{len(claims)} passages of the documents read bear on " + summary[
-            len(_LEAD_IN) :
-        ].strip(" :")
+        about = summary[len(_LEAD_IN) :].strip(" :")
+        n = len(claims)
+        summary = (
+            f"{n} passage{'s' * (n != 1)} of the documents read bear{'s' * (n == 1)} on {about}"
+        )
     return Findings(summary=summary, claims=claims)
 
 
