@@ -28,6 +28,7 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import methods
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from pydantic import ValidationError
@@ -54,6 +55,11 @@ _PAGES = 100
 """tools/list pages read at most (a server whose cursor never ends cannot hang the start)."""
 _PROPAGATOR = TraceContextTextMapPropagator()
 _STDERR_TAIL = 300
+_NOT_SAMPLED = trace.NonRecordingSpan(
+    trace.SpanContext(0x6D6370, 0x6D6370, is_remote=True, trace_flags=trace.TraceFlags(0))
+)
+"""A parent whose children a parent-based sampler drops (remote: a sampler that records them
+anyway makes them start a trace of their own, as they did before, not orphans)."""
 _PING_SECONDS = 5.0
 """How long a server that answered -32000 has to answer a ping (else it is taken as busy)."""
 
@@ -79,6 +85,18 @@ class Connection:
     # -- lifetime -----------------------------------------------------------------------
 
     async def serve(self, ready: Callable[[Sequence[OfferedTool]], None]) -> None:
+        # The SDK traces what it sends through the global tracer provider. This task runs
+        # outside the run's spans (it starts before the root agent's), so its connection spans
+        # (server/discover, initialize, tools/list, subscriptions) would each start a trace of
+        # their own beside the run's; under a parent that is not sampled a parent-based sampler
+        # (the default) drops them. Calls send from the agents' tasks: under execute_tool.
+        token = otel_context.attach(trace.set_span_in_context(_NOT_SAMPLED))
+        try:
+            await self._serve(ready)
+        finally:
+            otel_context.detach(token)
+
+    async def _serve(self, ready: Callable[[Sequence[OfferedTool]], None]) -> None:
         started = False
         refused: ConfigurationError | None = None  # raised outside the SDK's task groups
         try:

@@ -89,6 +89,16 @@ def cell_len(text: str) -> int:
     return rich_cell_len(text)
 
 
+_OUR_SCOPE: Final = "orchestrator"  # the runtime's spans' instrumentation scope
+
+_GUIDE_LEVELS = 64
+"""Levels of tree guides drawn in full; deeper rows keep the guides of their last levels
+behind :data:`_FOLD`, so a chain thousands of spans deep draws in lines of bounded width (its
+guides grew with the depth: a 10,000-deep chain drew 301 MB)."""
+_GUIDE_CHARS = 3 * _GUIDE_LEVELS
+_FOLD = "…  "
+
+
 def _walk(
     group: Sequence[SpanRecord],
     roots: Sequence[SpanRecord],
@@ -101,7 +111,8 @@ def _walk(
     Iterative, so a deep chain of agents cannot hit the recursion limit, and each span is
     visited once, so a corrupt file with a parent cycle still ends; spans only reachable
     through such a cycle are drawn as extra roots at the end rather than hidden. The children
-    of a span in ``folded`` are not drawn.
+    of a span in ``folded`` are not drawn. Past :data:`_GUIDE_LEVELS` levels the guides'
+    left part is folded into :data:`_FOLD`.
     """
     seen: set[str] = set()
     pending = [*roots, *(s for s in group if s.parent_span_id is not None)]
@@ -122,6 +133,8 @@ def _walk(
                 kids = ()
             yield span, guide, below + ("│  " if kids else "   ")
             if kids:
+                if len(below) >= _GUIDE_CHARS:  # past the fold: keep the last levels' guides
+                    below = _FOLD + below[len(_FOLD) + 3 :]
                 stack.append((kids[-1], below + "└─ ", below + "   "))
                 middle, under = below + "├─ ", below + "│  "
                 stack.extend([(kid, middle, under) for kid in reversed(kids[:-1])])
@@ -250,11 +263,19 @@ class TraceRows(NamedTuple):
 
 
 def traces(spans: Sequence[SpanRecord]) -> list[list[SpanRecord]]:
-    """The spans by trace, the earliest trace first."""
+    """The spans by trace: the traces holding a run's agents first, each kind earliest first
+    (another library's traces beside a run, as the MCP SDK's connection spans once made,
+    come after it)."""
     by_trace: dict[str, list[SpanRecord]] = defaultdict(list)
     for span in spans:
         by_trace[span.trace_id].append(span)
-    return sorted(by_trace.values(), key=lambda group: min(s.start_ns for s in group))
+    return sorted(
+        by_trace.values(),
+        key=lambda group: (
+            not any(s.scope == _OUR_SCOPE and s.name.startswith("invoke_agent") for s in group),
+            min(s.start_ns for s in group),
+        ),
+    )
 
 
 def trace_rows(

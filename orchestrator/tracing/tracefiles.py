@@ -26,6 +26,7 @@ import gc
 import glob
 import hashlib
 import json
+import logging
 import os
 import stat
 import time
@@ -58,6 +59,7 @@ AttrValue: TypeAlias = (
     str | bool | int | float | bytes | list["AttrValue"] | dict[str, "AttrValue"] | None
 )
 
+_logger = logging.getLogger("orchestrator.tracing")
 _STATUS_NAMES: Final = {0: "UNSET", 1: "OK", 2: "ERROR"}
 _CONVERSATION_ID: Final = "gen_ai.conversation.id"
 OUTCOME: Final = "orchestrator.outcome"
@@ -378,6 +380,8 @@ def _parse_line(raw: bytes) -> tuple[dict[str, Any] | None, str, str]:
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         what = "not UTF-8" if isinstance(exc, UnicodeDecodeError) else "not JSON"
         return None, what, str(exc)
+    except RecursionError:  # JSON nested past what the parser can follow: no trace line is
+        return None, "JSON nested too deeply", ""
     if not isinstance(doc, dict) or "resourceSpans" not in doc:
         return None, "not an OTLP/JSON traces line", ""
     return doc, "", ""
@@ -509,8 +513,8 @@ def _load(path: Path) -> LoadedTrace:
             continue
         try:
             spans.extend(reader.spans(doc))
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            damaged.append(DamagedLine(number, "malformed span data", repr(exc)))
+        except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
+            damaged.append(DamagedLine(number, "malformed span data", repr(exc)[:200]))
         else:
             readable += 1
         doc = None  # not alive while the next line is decoded
@@ -536,7 +540,7 @@ def _is_trace_file(path: Path) -> bool:
                     return True
                 try:
                     doc = json.loads(raw.decode("utf-8"))
-                except (UnicodeDecodeError, json.JSONDecodeError):
+                except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
                     unreadable += 1
                     if unreadable >= _SNIFF_LINES:
                         return False
@@ -549,6 +553,11 @@ def _is_trace_file(path: Path) -> bool:
 
 # --------------------------------------------------------------------------------------------
 # Runs.
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 200 else text[:200] + "..."
 
 
 def root_spans(spans: Sequence[SpanRecord]) -> list[SpanRecord]:
@@ -613,7 +622,10 @@ def summarize(
 ) -> RunSummary:
     tops = root_spans(spans)
     starts = [s for s in tops if _starts_a_run(s)]
-    root = starts[0] if starts else None
+    # the run's own root agent span, whatever started earlier beside it (another library's
+    # spans that made traces of their own, as the MCP SDK's connection spans once did)
+    ours = [s for s in starts if s.scope == _OUR_SCOPE]
+    root = (ours or starts)[0] if starts else None
     # a trace of the file without a root of its own: killed, crashed, or its root's batch lost
     interrupted = {s.trace_id for s in spans} != {s.trace_id for s in starts}
     first = root or (tops[0] if tops else None)
@@ -681,11 +693,13 @@ def list_runs(runs_dir: Path, *, cache: bool = True) -> list[RunSummary]:
                 if summary is not None:
                     runs.append(summary)
                 continue
-        summary = _summary_of(path)
+        found = _summary_of(path)
+        if isinstance(found, Exception):
+            continue  # not remembered: each listing says it skipped the file
         if index is not None:
-            index.put(path, key, summary)
-        if summary is not None:
-            runs.append(summary)
+            index.put(path, key, found)
+        if found is not None:
+            runs.append(found)
     if index is not None:
         index.save()
     epoch = datetime.fromtimestamp(0, tz=UTC)
@@ -696,20 +710,28 @@ def list_runs(runs_dir: Path, *, cache: bool = True) -> list[RunSummary]:
     return runs
 
 
-def _summary_of(path: Path) -> RunSummary | None:
-    """The run a file holds, or None when it is not a trace file or has no readable span."""
-    if not _is_trace_file(path):
-        return None
+def _summary_of(path: Path) -> RunSummary | Exception | None:
+    """The run a file holds; None when it is not a trace file or has no span; what went
+    wrong when it looks like a trace file but cannot be read (logged as a one-line warning
+    naming it: one hostile file must not take the listing of every other run down with it,
+    nor vanish without a word)."""
     try:
+        if not _is_trace_file(path):
+            return None
         spans = load_trace(path)
-    except TraceFileError:
-        return None
-    if not spans:
-        return None
-    return summarize(path, spans, spans.damaged)
+        if not spans:
+            return None
+        return summarize(path, spans, spans.damaged)
+    except TraceFileError as exc:  # it names the file and the line
+        _logger.warning("skipped %s", _one_line(exc))
+        return exc
+    except Exception as exc:  # a reader's bug met by a hostile file
+        _logger.warning("skipped %s: it cannot be read: %s", path, _one_line(exc))
+        return exc
 
 
-_CACHE_VERSION: Final = 1
+_CACHE_VERSION: Final = 2
+"""2: summaries name the run's own root agent whatever other roots the file holds."""
 _RECENT_NS: Final = 2_000_000_000
 
 
