@@ -127,11 +127,13 @@ async def run_agent(node: AgentNode, run: RunState) -> None:
                     s, node.status.value if node.status else "error", node.traced_error(run.capture)
                 )
                 if node.parent is None and run.capture:  # the run's prompt and answer
+                    typed = node.output_json  # None: text, or a typed answer never given
                     spans.record_run_io(
                         s,
                         node.task,
-                        node.output if node.output_json is None else node.output_json,
+                        (node.output or "") if typed is None else typed,
                         node.status.value if node.status else "error",
+                        json_answer=typed is not None,
                     )
             if run.events.enabled:
                 run.events.emit(

@@ -435,10 +435,13 @@ _RUN_FINISH: Final = {"completed": "stop", "refusal": "content_filter"}
 """A run's status as the conventions' finish reason of its answer (any other status: error)."""
 
 
-def record_run_io(s: Span, prompt: str, answer: str, status: str) -> None:
+def record_run_io(
+    s: Span, prompt: str, answer: str, status: str, *, json_answer: bool = False
+) -> None:
     """The run's prompt and answer on the root agent span (captured content only): as GenAI
     messages, and as the ``input.value`` / ``output.value`` that trace lists read (Arize
-    Phoenix's shows each trace's input and output from its root span)."""
+    Phoenix's shows each trace's input and output from its root span). ``json_answer``: the
+    answer is a typed agent's JSON (``output.mime_type`` says so)."""
     finish_reason = _RUN_FINISH.get(status, "error")
     s.set_attributes(
         {
@@ -457,7 +460,7 @@ def record_run_io(s: Span, prompt: str, answer: str, status: str) -> None:
             "input.value": content_for_span(prompt),
             "input.mime_type": "text/plain",
             "output.value": content_for_span(answer),
-            "output.mime_type": "text/plain",
+            "output.mime_type": "application/json" if json_answer else "text/plain",
         }
     )
 
