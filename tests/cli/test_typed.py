@@ -125,6 +125,15 @@ def test_invalid_output_exits_10_naming_the_status_and_the_last_output(
     assert "status=invalid_output " in proc.stderr and "Traceback" not in proc.stderr
     doc = json.loads(cli("run", "typed.py:stubborn", "go", "--json").stdout)
     assert (doc["status"], doc["output"]) == ("invalid_output", None)
+    # the trace says so: trace list's status column, trace show's agent row
+    listed = cli("trace", "list")
+    assert listed.returncode == 0, listed.stderr
+    rows = [line for line in listed.stdout.splitlines() if doc["run_id"][:8] in line]
+    assert len(rows) == 1 and "invalid_output" in rows[0], listed.stdout
+    shown = cli("trace", "show", doc["run_id"])
+    assert shown.returncode == 0, shown.stderr
+    [agent_row] = [line for line in shown.stdout.splitlines() if "invoke_agent stubborn" in line]
+    assert "ERROR invalid_output" in agent_row
 
 
 def test_the_dry_run_names_each_agents_output_type_fields_and_mode(cli: Cli, work: Path) -> None:
