@@ -7,8 +7,12 @@ neither, so :func:`strict_schema` rewrites one (a copy): objects closed, every p
 (a field with a default is then always given by the model, which pydantic accepts), defaults
 dropped (they can no longer apply, and Azure refuses them), ``oneOf`` as ``anyOf`` (which every
 valid answer also matches; pydantic still checks the union), a ``$ref`` with other keys inlined.
-What cannot be made strict (a map with free keys, a field of any type) is sent with
+A model that allows extra keys is closed too (its own fields are its answer). What cannot be
+made strict (a map with free keys, a field of any type) is sent with
 ``strict: false``: the server takes the schema as guidance, and pydantic checks the answer.
+
+A server that refuses ``json_schema`` but takes ``json_object`` (llama-cpp-python's) is asked
+with ``{"type": "json_object", "schema": ...}``, from which it builds a grammar.
 
 The openai SDK has such a rewrite, but as a private function of a type, not of a schema.
 """
@@ -34,9 +38,13 @@ def format_name(name: str) -> str:
     return _UNSAFE.sub("_", name).strip("_")[:64] or "output"
 
 
-def response_format(output: OutputFormat) -> dict[str, Any]:
-    """The ``response_format`` body field asking for JSON of ``output``'s schema."""
+def response_format(output: OutputFormat, *, json_schema: bool = True) -> dict[str, Any]:
+    """The ``response_format`` body field asking for JSON of ``output``'s schema;
+    ``json_schema=False``: llama-cpp-python's form, ``json_object`` with the schema beside it
+    (its server refuses ``json_schema`` and builds a grammar from this one)."""
     schema, strict = strict_schema(output.schema)
+    if not json_schema:
+        return {"type": "json_object", "schema": schema}
     return {
         "type": "json_schema",
         "json_schema": {"name": format_name(output.name), "schema": schema, "strict": strict},
@@ -87,12 +95,12 @@ def _node(
         if isinstance(only, Mapping):
             out = {**only, **out}
     if out.get("type") == "object" or isinstance(out.get("properties"), Mapping):
-        extra = out.get("additionalProperties", False)
-        if extra is not False:
-            problems.append("an object with free keys")
-        else:
-            out["additionalProperties"] = False
         properties = out.get("properties")
+        if properties or out.get("additionalProperties", False) is False:
+            # closed: a model that allows extra keys is answered with its own fields
+            out["additionalProperties"] = False
+        else:
+            problems.append("a map with free keys")
         out["required"] = list(properties) if isinstance(properties, Mapping) else []
     return out
 

@@ -372,16 +372,50 @@ def _json_output_format(output: OutputFormat) -> dict[str, Any]:
     keywords the API does not take are moved into the description)."""
     from anthropic import transform_schema
 
-    try:
-        schema = transform_schema(dict(output.schema))
-    except (ValueError, TypeError) as exc:
-        raise ModelError(
-            f"output type {output.name}: its JSON schema cannot be asked for as Claude's "
-            f"structured output ({one_line(str(exc))}); use output_mode='tool'",
-            fatal=True,
-            kind="configuration",
-        ) from None
-    return {"type": "json_schema", "schema": schema}
+    problem = _free_map(output.schema, "")
+    if problem is None:
+        try:
+            schema = transform_schema(dict(output.schema))
+        except (ValueError, TypeError) as exc:
+            problem = one_line(str(exc))
+        else:
+            return {"type": "json_schema", "schema": schema}
+    raise ModelError(
+        f"output type {output.name}: its JSON schema cannot be asked for as Claude's structured "
+        f"output ({problem}); use output_mode='tool'",
+        fatal=True,
+        kind="configuration",
+    )
+
+
+def _free_map(schema: Any, path: str) -> str | None:
+    """Where ``schema`` has a map with free keys (``dict[str, X]``): structured outputs close
+    every object, so the model could only answer it empty."""
+    if not isinstance(schema, Mapping):
+        return None
+    if (
+        schema.get("type") == "object"
+        and not schema.get("properties")
+        and schema.get("additionalProperties", False) is not False
+    ):
+        return f"{path or 'the value'} is a map with free keys, which Claude's structured output closes"
+    subs: list[tuple[str, Any]] = []
+    for key in ("$defs", "properties"):
+        named = schema.get(key)
+        if isinstance(named, Mapping):
+            subs += [
+                (f"{path}.{name}" if key == "properties" else name, sub)
+                for name, sub in named.items()
+            ]
+    for key in ("items", "additionalProperties"):
+        subs.append((path, schema.get(key)))
+    for key in ("anyOf", "oneOf", "allOf", "prefixItems"):
+        subs += [(path, sub) for sub in schema.get(key) or ()]
+    for where, sub in subs:
+        found = _free_map(sub, where.lstrip("."))
+        if found is not None:
+            return found
+    return None
 
 
 def _has_blank_text(message: Message) -> bool:

@@ -9,7 +9,9 @@ client of its provider, base URL and key (one per run: an ``AsyncOpenAI`` shared
 retries what ``_openai_errors`` says is retryable with ``_retry``'s backoff and gate. What a
 server cannot do is learned once per client: a server that refuses to stream an answer that may
 call tools (llama.cpp's) is asked without streaming from then on, a model that refuses
-``max_tokens`` (OpenAI's reasoning models) gets ``max_completion_tokens``. See docs/models.md.
+``max_tokens`` (OpenAI's reasoning models) gets ``max_completion_tokens``, a server that refuses
+``response_format`` of type ``json_schema`` (llama-cpp-python's) is asked for ``json_object``
+with the schema beside it. Native output's schema: ``_openai_schema``. See docs/models.md.
 """
 
 from __future__ import annotations
@@ -119,6 +121,9 @@ class _Client:
     """Whether the server streams answers that may call tools (learned: llama.cpp's does not)."""
     completion_tokens: set[str] = field(default_factory=set)
     """Models that refused ``max_tokens`` here (they get ``max_completion_tokens``)."""
+    json_schema: bool = True
+    """Whether the server takes ``response_format`` of type ``json_schema`` (learned:
+    llama-cpp-python's takes only ``json_object``, with the schema beside it)."""
 
 
 @asynccontextmanager
@@ -328,9 +333,16 @@ class OpenAIModel:
     # -- request building --------------------------------------------------------------------
 
     def request_params(
-        self, request: ModelRequest, *, stream: bool | None = None, completion_tokens: bool = False
+        self,
+        request: ModelRequest,
+        *,
+        stream: bool | None = None,
+        completion_tokens: bool = False,
+        json_schema: bool = True,
     ) -> dict[str, Any]:
-        """The Chat Completions body for ``request``.
+        """The Chat Completions body for ``request``. ``json_schema=False``: a native output
+        format is asked for as ``json_object`` with the schema beside it (for a server that
+        refuses ``json_schema``).
 
         Deterministic: the same request gives the same body, and a later turn of the same
         conversation serializes its tools, system and earlier messages exactly as before (the
@@ -355,7 +367,7 @@ class OpenAIModel:
             if choice is not None:
                 params["tool_choice"] = dict(choice) if isinstance(choice, Mapping) else choice
         if request.output is not None and request.output.native:
-            params["response_format"] = response_format(request.output)
+            params["response_format"] = response_format(request.output, json_schema=json_schema)
         if stream:
             params["stream"] = True
             params["stream_options"] = {"include_usage": True}
@@ -410,6 +422,7 @@ class OpenAIModel:
                 request,
                 stream=stream,
                 completion_tokens=self._model in client.completion_tokens,
+                json_schema=client.json_schema,
             )
             try:
                 response = await self._attempt(client.sdk, params, request, ctx)
@@ -418,6 +431,7 @@ class OpenAIModel:
                 if failure is None:
                     raise
                 refused_streaming = bool(stream and request.tools and _refused_streaming(exc))
+                refused_json_schema = _refused_json_schema(exc, params)
                 billed = getattr(exc, "usage", None)
                 if billed is not None:
                     spent = billed if spent is None else spent + billed
@@ -439,6 +453,17 @@ class OpenAIModel:
                 _logger.info(
                     "%s at %s did not stream an answer that may call tools (%s): asking "
                     "without streaming from now on",
+                    self._provider,
+                    base_url,
+                    failure.detail,
+                )
+                attempts -= 1
+                continue
+            if refused_json_schema and client.json_schema:
+                client.json_schema = False
+                _logger.info(
+                    "%s at %s does not take response_format json_schema (%s): asking for "
+                    "json_object with the schema from now on",
                     self._provider,
                     base_url,
                     failure.detail,
@@ -599,6 +624,20 @@ def _refused_streaming(exc: Exception) -> bool:
     if isinstance(exc, openai.APIStatusError):
         return "stream" in str(exc.message).lower() or "stream" in str(exc.body).lower()
     return False
+
+
+def _refused_json_schema(exc: Exception, params: Mapping[str, Any]) -> bool:
+    """Whether the server refused a ``response_format`` of type ``json_schema`` and says it
+    takes ``json_object`` (llama-cpp-python: a 500 whose pydantic error names both)."""
+    form = params.get("response_format")
+    if not isinstance(form, Mapping) or form.get("type") != "json_schema":
+        return False
+    import openai
+
+    if not isinstance(exc, openai.APIStatusError):
+        return False
+    said = f"{exc.message} {exc.body}"
+    return "response_format" in said and "json_object" in said
 
 
 def ollama(model: str, **options: Any) -> OpenAIModel:

@@ -153,6 +153,18 @@ async def test_an_invalid_native_answer_goes_back_with_its_problems_and_is_retri
     check_transcript(result.messages)
 
 
+async def test_a_refusal_in_native_mode_ends_the_agent_refusal_over_http(
+    server: FakeMessagesServer,
+) -> None:
+    server.push(text("I can't help with that.", stop_reason="refusal"))
+    agent = Agent(
+        "r", "Answer.", model=model_for(server), output_type=Findings, output_mode="native"
+    )
+    result = await run(agent, "go")
+    assert result.status is RunStatus.REFUSAL
+    assert len(server.bodies) == 1
+
+
 async def test_a_native_agent_that_never_answers_valid_json_ends_invalid_output_over_http(
     server: FakeMessagesServer,
 ) -> None:
@@ -220,16 +232,28 @@ async def test_a_native_child_returns_its_json_to_the_parent_over_http(
     )
 
 
-async def test_a_type_the_sdk_cannot_shape_for_claude_ends_the_run_naming_it(
-    server: FakeMessagesServer,
-) -> None:
-    class Loose(BaseModel):
-        anything: Any
+class Loose(BaseModel):
+    anything: Any
 
-    agent = Agent("r", "Answer.", model=model_for(server), output_type=Loose, output_mode="native")
+
+class Tagged(BaseModel):
+    tags: dict[str, int]
+
+
+@pytest.mark.parametrize(
+    ("output_type", "said"),
+    [(Loose, "Schema must have a 'type'"), (Tagged, "tags is a map with free keys")],
+)
+async def test_a_type_claudes_structured_output_cannot_take_ends_the_run_naming_it(
+    server: FakeMessagesServer, output_type: type, said: str
+) -> None:
+    agent = Agent(
+        "r", "Answer.", model=model_for(server), output_type=output_type, output_mode="native"
+    )
     result = await run(agent, "go")
     assert result.status is RunStatus.ERROR
-    assert "Loose" in (result.error or "") and "output_mode='tool'" in (result.error or "")
+    error = result.error or ""
+    assert output_type.__name__ in error and said in error and "output_mode='tool'" in error
     assert server.bodies == []  # refused before anything was sent
 
 

@@ -17,7 +17,7 @@ import jsonschema
 import openai
 import pytest
 from pydantic import BaseModel, Field, TypeAdapter
-from support.fake_chat_server import FakeChatServer, Reply, text, tool_calls
+from support.fake_chat_server import Completion, Error, FakeChatServer, Reply, text, tool_calls
 from support.transcripts import check_transcript
 
 from orchestrator import Agent, Limits, RunStatus, run, tool
@@ -236,6 +236,17 @@ def test_a_schema_strict_mode_cannot_take_is_sent_without_strict(output_type: ty
     assert response_format(native(output_type))["json_schema"]["strict"] is False
 
 
+class Open(BaseModel, extra="allow"):
+    name: str
+
+
+def test_a_model_that_allows_extra_keys_is_asked_for_its_own_fields_strictly() -> None:
+    form = response_format(native(Open))["json_schema"]
+    assert form["strict"] is True
+    assert form["schema"]["additionalProperties"] is False
+    assert form["schema"]["required"] == ["name"]
+
+
 @pytest.mark.parametrize(
     ("output_type", "value"),
     [
@@ -315,6 +326,67 @@ async def test_a_server_that_ignores_the_format_gets_the_problems_back_and_is_as
     assert "not JSON" in last_user_text(bodies[1])
     assert "claims.0.sources: Field required" in last_user_text(bodies[2])
     check_transcript(result.messages)
+
+
+async def test_a_server_that_refuses_json_schema_is_asked_for_json_object_with_the_schema(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with FakeChatServer(json_schema_format=False) as server:  # llama-cpp-python's server
+        server.push(
+            tool_calls(("search", {"query": "trio"})),
+            text(FINDINGS.model_dump_json()),
+        )
+        agent = Agent(
+            "researcher",
+            "Research, then answer.",
+            model=model_for(server),
+            tools=[search],
+            output_type=Findings,
+            output_mode="native",
+        )
+        with caplog.at_level("INFO", logger="orchestrator.models.openai"):
+            result = await run(agent, "go")
+    assert not server.errors, server.errors
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.output == FINDINGS
+    assert result.usage.requests == 2  # the refused request is not an answer
+    forms = [b["response_format"] for b in server.bodies]
+    assert [f["type"] for f in forms] == ["json_schema", "json_object", "json_object"]
+    assert forms[1] == forms[2] == {"type": "json_object", "schema": FINDINGS_STRICT}
+    assert [r.reply for r in server.requests] == ["Error 500", "Completion", "Completion"]
+    (said,) = [r.getMessage() for r in caplog.records if "json_object" in r.getMessage()]
+    assert "does not take response_format json_schema" in said
+
+
+async def test_an_openai_refusal_of_the_schema_itself_is_not_taken_for_a_server_quirk(
+    server: FakeChatServer,
+) -> None:
+    server.push(
+        Error(
+            400,
+            "Invalid schema for response_format 'Findings': In context=(), 'required' is "
+            "required to be supplied and to be an array including every key in properties.",
+        )
+    )
+    agent = Agent(
+        "r", "Answer.", model=model_for(server), output_type=Findings, output_mode="native"
+    )
+    result = await run(agent, "go")
+    assert result.status is RunStatus.ERROR
+    assert "Invalid schema for response_format" in (result.error or "")
+    assert len(server.bodies) == 1
+
+
+async def test_a_refusal_in_native_mode_ends_the_agent_refusal_over_http(
+    server: FakeChatServer,
+) -> None:
+    server.push(Completion(refusal="I can't help with that."))
+    agent = Agent(
+        "r", "Answer.", model=model_for(server), output_type=Findings, output_mode="native"
+    )
+    result = await run(agent, "go")
+    assert result.status is RunStatus.REFUSAL
+    assert len(server.bodies) == 1
 
 
 async def test_a_native_agent_that_never_answers_valid_json_ends_invalid_output_over_http(

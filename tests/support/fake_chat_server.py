@@ -23,10 +23,12 @@ counts characters / 4 and simulates OpenAI's automatic prompt cache: ``cached_to
 longest prefix (by whole messages, tools first) a previous request sent, if it has at least
 ``cache_min_tokens``. Quirks of llama.cpp's server can be switched on: ``refuse_null_content``,
 ``stream_tools=False`` (a streamed request offering tools drops the connection before any
-chunk), ``tools_need_choice`` (tools are ignored unless ``tool_choice`` is sent) and
-``stream_usage=False``. A ``response_format`` asking for a JSON schema is checked as OpenAI checks
-it (a name it takes, an object at the root, in strict mode every object closed and every property
-required): a 400 otherwise.
+chunk), ``tools_need_choice`` (tools are ignored unless ``tool_choice`` is sent),
+``stream_usage=False`` and ``json_schema_format=False`` (``response_format`` of type
+``json_schema`` refused with a 500, as llama-cpp-python's server refuses it). Otherwise a
+``response_format`` asking for a JSON schema is checked as OpenAI checks it (a name it takes, an
+object at the root, in strict mode every object closed and every property required): a 400 if
+not.
 """
 
 from __future__ import annotations
@@ -345,6 +347,7 @@ class FakeChatServer:
         tools_need_choice: bool = False,
         stream_usage: bool = True,
         completion_tokens_only: Sequence[str] = (),
+        json_schema_format: bool = True,
     ) -> None:
         self.responder = responder
         self.models = set(models) if models is not None else None
@@ -355,6 +358,9 @@ class FakeChatServer:
         self.tools_need_choice = tools_need_choice
         self.stream_usage = stream_usage
         self.completion_tokens_only = tuple(completion_tokens_only)
+        self.json_schema_format = json_schema_format
+        """``False``: refuse ``response_format`` of type ``json_schema`` as llama-cpp-python's
+        server does (a 500 naming the types it takes, ``text`` and ``json_object``)."""
         """Model-name prefixes that refuse ``max_tokens`` as OpenAI's reasoning models do."""
         self.requests: list[RecordedRequest] = []
         self.errors: list[str] = []
@@ -524,6 +530,18 @@ class FakeChatServer:
         problem = _transcript_problem(messages, self.refuse_null_content)
         if problem is not None:
             return (500 if "null" in problem else 400), problem, None
+        form = body.get("response_format")
+        if not self.json_schema_format and isinstance(form, dict):
+            if form.get("type") == "json_schema":  # llama-cpp-python 0.3.36, word for word
+                return (
+                    500,
+                    "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', "
+                    "'response_format', 'type'), 'msg': \"Input should be 'text' or "
+                    "'json_object'\", 'input': 'json_schema', 'ctx': {'expected': \"'text' or "
+                    "'json_object'\"}}",
+                    None,
+                )
+            return None  # json_object, with or without its "schema": taken
         if "response_format" in body:
             problem = _response_format_problem(body["response_format"])
             if problem is not None:
