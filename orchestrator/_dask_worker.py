@@ -39,7 +39,8 @@ from ._dask_wire import loads
 from .core.agent import Agent, AgentTree
 from .core.compaction import ContextPolicy
 from .core.events import AgentFinished, AgentStarted, EventSink
-from .core.limits import Ledger, Limits, Slots, tree_wide_limits
+from .core.ledger import Ledger
+from .core.limits import Limits, Slots, tree_wide_limits
 from .core.loop import run_agent
 from .core.messages import Message, well_formed
 from .core.policy import Policy

@@ -64,7 +64,7 @@ from ._dask_worker import (
 from .core.cancellation import is_cancellation
 from .core.errors import ConfigurationError
 from .core.events import AgentFinished, AgentStarted
-from .core.limits import BudgetExceeded, Calibration, Reservation
+from .core.ledger import BudgetExceeded, Calibration, Reservation
 from .core.messages import ToolResultBlock, Usage
 from .core.policy import Policy, _ask
 from .core.result import RunResult, RunStatus

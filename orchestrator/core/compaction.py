@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .errors import ConfigurationError
-from .limits import text_units
+from .ledger import text_units
 from .messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, canonical_json
 from .records import record
 

@@ -16,8 +16,8 @@ in when that is not this one (tests/core/test_errors.py checks the drawing again
     +-- RunFailedError                           ``RunResult.raise_for_status()``
     +-- OutputRejected                           an output validator's words for the model
     +-- ToolsetFailed                            (core.toolset) a tool source could not start
-    +-- BudgetExceeded                           (core.limits) internal: a reservation cannot fit
-    +-- PricingFailed                            (core.limits) internal: a model's cost() failed
+    +-- BudgetExceeded                           (core.ledger) internal: a reservation cannot fit
+    +-- PricingFailed                            (core.ledger) internal: a model's cost() failed
     +-- CorpusError                              (research.results) a corpus cannot answer
     +-- TraceFileError (also a ValueError)       (tracing.tracefiles) not OTLP/JSON lines
     +-- TraceNotFoundError (also a LookupError)  (tracing.tracefiles) no saved trace matches

@@ -34,7 +34,7 @@ from .compaction import (
 )
 from .errors import ContextWindowExceeded, ModelError, exception_type
 from .events import ModelTextDelta, ModelToolCallStarted, ModelWaiting
-from .limits import BudgetExceeded, PricingFailed
+from .ledger import BudgetExceeded, PricingFailed
 from .messages import Message, Usage, clamp_usage, text_of
 from .records import record
 from .redact import redact

@@ -35,7 +35,7 @@ from .generate import (
     context_window,
     replayed,
 )
-from .limits import fixed_units
+from .ledger import fixed_units
 from .messages import Message, ToolResultBlock, ToolUseBlock, text_of
 from .output import FINAL_RESULT, settle_calls, settle_text
 from .records import record

@@ -26,7 +26,8 @@ from ..models.base import Model
 from .agent import Agent
 from .compaction import ContextPolicy
 from .errors import ConfigurationError, ToolError
-from .limits import DEFAULT_LIMITS, Ledger, Limits, Slots, text_units, tree_wide_limits
+from .ledger import Ledger, text_units
+from .limits import DEFAULT_LIMITS, Limits, Slots, tree_wide_limits
 from .messages import (
     Message,
     TextBlock,

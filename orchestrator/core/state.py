@@ -22,7 +22,8 @@ from .agent import Agent, AgentTree
 from .compaction import ContextPolicy, ResultClearing, TurnContext
 from .events import EventSink
 from .journal import Journal
-from .limits import Ledger, Limits, Slots, text_units
+from .ledger import Ledger, text_units
+from .limits import Limits, Slots
 from .messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage
 from .policy import Decision, Policy
 from .redact import redact

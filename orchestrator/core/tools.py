@@ -29,7 +29,7 @@ from opentelemetry import trace
 
 from ..models.base import ModelResponse, ToolSpec
 from .errors import ConfigurationError, ToolError
-from .limits import text_units
+from .ledger import text_units
 from .messages import (
     MAX_NESTING,
     Block,

@@ -89,7 +89,7 @@ class ModelRequest:
     agent: AgentInfo
     input_tokens_estimate: int = 0
     """The loop's running estimate of this request's input size in tokens, erring high per
-    character class (``orchestrator.core.limits.text_units``; prose at characters / 4)."""
+    character class (``orchestrator.core.ledger.text_units``; prose at characters / 4)."""
     assistant_turns: int = -1
     """Assistant messages in ``messages`` (``-1``: not counted; count them)."""
     output: OutputFormat | None = None

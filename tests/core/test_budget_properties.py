@@ -51,7 +51,7 @@ from orchestrator import (
     run,
     tool,
 )
-from orchestrator.core.limits import (
+from orchestrator.core.ledger import (
     CALIBRATION_WINDOW,
     MIN_RATIO,
     PROVEN_SPREAD,

@@ -29,7 +29,7 @@ from orchestrator.core.compaction import (
     ResultClearing,
     clear_old_results,
 )
-from orchestrator.core.limits import text_units
+from orchestrator.core.ledger import text_units
 from orchestrator.core.state import _message_chars
 from orchestrator.models import FunctionModel, ModelRequest, ScriptedModel, text, tool_call
 

@@ -240,7 +240,7 @@ async def test_a_200_turn_run_stays_under_a_fixed_input_budget(strategy: str) ->
     biggest = max(request_tokens(r) for r in reader.requests)
     biggest_estimate = max(r.input_tokens_estimate for r in reader.requests)
     assert biggest < BUDGET, (strategy, biggest)
-    # the runtime's estimate errs high on digits and punctuation (core.limits.text_units)
+    # the runtime's estimate errs high on digits and punctuation (core.ledger.text_units)
     assert biggest_estimate < BUDGET * 1.25, (strategy, biggest_estimate)
     assert max(t.input_tokens_estimate for t in result.turn_log) < BUDGET * 1.25
     check_transcript(result.messages)

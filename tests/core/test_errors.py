@@ -110,7 +110,7 @@ def test_the_tree_reader_sees_nesting() -> None:
     drawn = drawn_tree()
     assert drawn["ContextWindowExceeded"] == Drawn("ContextWindowExceeded", "ModelError", None)
     assert drawn["ToolError"].parent == "OrchestratorError"
-    assert drawn["BudgetExceeded"].module == "core.limits"
+    assert drawn["BudgetExceeded"].module == "core.ledger"
     assert drawn["ConfigurationError"].also == "ValueError"
 
 

@@ -19,7 +19,7 @@ from support.dask_cluster import local_cluster
 import orchestrator
 from orchestrator import Agent, ConfigurationError, Limits, RunStatus, open_run, run, tool
 from orchestrator.core.events import AgentFinished, AgentStarted, ToolStarted
-from orchestrator.core.limits import OVERSHOOT_ALLOWANCE
+from orchestrator.core.ledger import OVERSHOOT_ALLOWANCE
 from orchestrator.dask import DaskRunner, parse_address
 from orchestrator.models import FunctionModel, text, tool_call
 
