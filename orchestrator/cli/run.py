@@ -48,8 +48,8 @@ __all__ = ["cmd_resume", "cmd_run", "load_agent", "offline_fallback", "offline_p
 
 def load_agent(target: str) -> Agent:
     """The Agent named by ``FILE.py[:NAME]`` (default name ``agent``): see
-    :func:`~orchestrator.core.resume.load_tree_file`; what is wrong is a usage error."""
-    from ..core.resume import load_tree_file
+    :func:`~orchestrator.core.treeref.load_tree_file`; what is wrong is a usage error."""
+    from ..core.treeref import load_tree_file
 
     try:
         return load_tree_file(target)
@@ -385,7 +385,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def _resume(args: argparse.Namespace) -> int:
     from ..core.journal_sqlite import read_header
-    from ..core.resume import check_tree
+    from ..core.treeref import check_tree
 
     path = _journal_path(args.run, Path(args.runs_dir))
     try:
@@ -513,7 +513,7 @@ class _JournalPlan:
         cli: dict[str, Any] | None = None,
     ) -> SQLiteJournal:
         from ..core.journal_sqlite import SQLiteJournal
-        from ..core.resume import journal_header
+        from ..core.treeref import journal_header
 
         try:
             if self.resume:
@@ -604,7 +604,7 @@ def _launch(
             and limits is None
             and "cli" not in journal_plan.options  # a journal from Python: its limits
         ):
-            from ..core.resume import recorded_limits
+            from ..core.treeref import recorded_limits
 
             limits = recorded_limits(journal_plan.options)
     except ConfigurationError as exc:

@@ -355,7 +355,7 @@ def _prepare(
     check_native_models(tree, state.models, state.default_model)
     # The SQLite journal's modules (and sqlite3) load here, for a run that keeps a journal only.
     if isinstance(journal, str | os.PathLike):  # a new journal file, closed when the run ends
-        from .resume import open_journal
+        from .treeref import open_journal
 
         state.journal = state.owned_journal = open_journal(
             journal, agent, prompt, state.run_id, model, limits

@@ -20,7 +20,7 @@ from opentelemetry.util._once import Once
 from support.cli import Cli, cli_env, standard_streams
 
 from orchestrator.cli.main import main
-from orchestrator.core.resume import load_tree_file
+from orchestrator.core.treeref import load_tree_file
 from orchestrator.testing import SpanRecorder
 from orchestrator.tracing.tracefiles import load_trace
 

@@ -254,7 +254,7 @@ def test_the_fingerprint_reads_definitions_without_checking_them():
     # a policy naming a tool of an MCP server is checked once the server's tools are listed,
     # when the run starts; the journal's fingerprint is taken before that
     from orchestrator import Policy
-    from orchestrator.core.resume import fingerprint
+    from orchestrator.core.treeref import fingerprint
 
     agent = Agent("a", "x", policy=Policy({"files__delete": "deny"}))
     whole, parts = fingerprint(agent)
