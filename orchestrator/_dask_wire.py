@@ -1,9 +1,8 @@
 """What crosses the wire to a Dask worker, and how: cloudpickle, with the definitions rebuilt.
 
-Definitions are immutable objects (:class:`~orchestrator.Agent` refuses ``setattr``; a
-:class:`~orchestrator.Tool` holds a pydantic model class made at run time), so plain pickling
-cannot rebuild them: :func:`dumps` reduces them to what their constructors take, and the worker
-builds them again. A tool's function, a model and ``deps`` travel as cloudpickle sends them: by
+Definitions are immutable objects (:class:`~orchestrator.Agent` refuses ``setattr``), so plain
+pickling cannot rebuild them: :func:`dumps` reduces an agent to its fields, and the worker builds
+it again (a :class:`~orchestrator.Tool` pickles itself as its function and options). A tool's function, a model and ``deps`` travel as cloudpickle sends them: by
 reference when their module is importable on the worker, by value for ``__main__`` and for the
 modules named in ``by_value`` (a tree file the CLI loaded is one: nobody installed it there).
 
@@ -25,7 +24,6 @@ import cloudpickle  # type: ignore[import-untyped, unused-ignore]
 
 from .core.agent import Agent
 from .core.errors import ConfigurationError
-from .core.tools import SchemaTool, Tool
 
 __all__ = ["by_value", "check_picklable", "dumps", "loads"]
 
@@ -42,47 +40,9 @@ def _reduce_agent(agent: Agent) -> tuple[Callable[..., Agent], tuple[Any, ...]]:
     return _rebuild_agent, (state,)
 
 
-def _rebuild_tool(fn: Callable[..., Any], options: dict[str, Any]) -> Tool:
-    return Tool(fn, **options)
-
-
-def _rebuild_schema_tool(fn: Callable[..., Any], options: dict[str, Any]) -> Tool:
-    from .core.schema import _input_check
-
-    schema = options["input_schema"]
-    return Tool._schema_tool(fn, check=_input_check(schema, options["name"]), **options)
-
-
-def _reduce_tool(t: Tool) -> tuple[Callable[..., Tool], tuple[Any, ...]]:
-    if isinstance(t, SchemaTool):
-        return _rebuild_schema_tool, (
-            t.fn,
-            {
-                "name": t.name,
-                "description": t.description,
-                "input_schema": t.input_schema,
-                "is_async": t.is_async,
-                "idempotent": t.idempotent,
-                "max_retries": t.max_retries,
-                "takes_context": t.takes_context,
-            },
-        )
-    return _rebuild_tool, (
-        t.fn,
-        {
-            "name": t.name,
-            "description": t.description,
-            "idempotent": t.idempotent,
-            "max_retries": t.max_retries if t.idempotent else 2,
-            "_allow_reserved": t.runtime_tool,
-            "_runtime_tool": t.runtime_tool,
-        },
-    )
-
-
 class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
     dispatch_table: ClassVar[ChainMap[Any, Any]] = ChainMap(
-        {Agent: _reduce_agent, Tool: _reduce_tool, SchemaTool: _reduce_tool},
+        {Agent: _reduce_agent},
         cloudpickle.Pickler.dispatch_table,
     )
 

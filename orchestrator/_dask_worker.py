@@ -47,7 +47,7 @@ from .core.policy import Policy
 from .core.redact import RUN_SECRETS, secret_values
 from .core.result import RunResult
 from .core.runner import ChildSpec
-from .core.spawn import DEFAULT_CONTEXT, _add_spawn_tool
+from .core.spawn import DEFAULT_CONTEXT, add_spawn_tool
 from .core.state import AgentNode, Limiters, Quota, RunState, make_runtime
 from .core.tools import Tool
 from .models.base import ClientPool, Model
@@ -335,6 +335,6 @@ def _node(state: RunState, part: RunPart, child: ChildPart) -> AgentNode:
         task=spec.task,
         runtime=make_runtime(spec.limits, state),
     )
-    _add_spawn_tool(node, state)
+    add_spawn_tool(node, state)
     node.append(Message.user(well_formed(spec.task)))
     return node

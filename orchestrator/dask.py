@@ -30,7 +30,6 @@ run and closes it at the end. See docs/distributed.md.
 from __future__ import annotations
 
 import base64
-import copy
 import dataclasses
 import importlib
 import json
@@ -66,7 +65,7 @@ from .core.errors import ConfigurationError
 from .core.events import AgentFinished, AgentStarted
 from .core.ledger import BudgetExceeded, Calibration, Reservation
 from .core.messages import ToolResultBlock, Usage
-from .core.policy import Policy, _ask
+from .core.policy import Policy, ask_approver
 from .core.result import RunResult, RunStatus
 from .core.runner import IN_PROCESS, BudgetLease, ChildOutcome, ChildSpec, ParentSide
 from .core.spawn import SPAWN_TOOL
@@ -552,15 +551,7 @@ class _Approvals:
 
     def proxy(self, policy: Policy) -> Policy:
         """``policy`` with every approver (its layers' too) asking the parent instead."""
-        if not policy._approvers and policy._layers is None and policy.approver is None:
-            return policy
-        out = copy.copy(policy)
-        object.__setattr__(out, "approver", self._one(policy.approver))
-        object.__setattr__(out, "_approvers", tuple(self._one(a) for a in policy._approvers))
-        if policy._layers is not None:
-            lower, upper = policy._layers
-            object.__setattr__(out, "_layers", (self.proxy(lower), self.proxy(upper)))
-        return out
+        return policy.with_approvers(self._one)
 
     def _one(self, approver: Any) -> Any:
         if approver is None or isinstance(approver, AskParent):
@@ -597,7 +588,9 @@ async def _answer_approvals(
                 return
             index, answer, call = item
             try:
-                verdict = await _ask(asking.approvers[index], call, run.approvals, run.abandoned)
+                verdict = await ask_approver(
+                    asking.approvers[index], call, run.approvals, run.abandoned
+                )
             except Exception as exc:  # fail closed, as an approver failing here would
                 _logger.warning(
                     "the approver raised on a call to %r by %s: it was not run (%s)",

@@ -31,7 +31,7 @@ from .errors import ConfigurationError
 from .redact import redact
 from .tools import Tool, describe_exception
 
-__all__ = ["Approver", "Decision", "PendingCall", "Policy", "is_pattern"]
+__all__ = ["Approver", "Decision", "PendingCall", "Policy", "ask_approver", "is_pattern"]
 
 RuleValue: TypeAlias = Literal["allow", "confirm", "deny"]
 _logger = logging.getLogger(__name__)
@@ -194,6 +194,23 @@ class Policy:
         object.__setattr__(combined, "_approvers", tuple(approvers))
         return combined
 
+    def with_approvers(self, replace: Callable[[Approver], Approver]) -> Policy:
+        """This policy with each approver, its layers' too, replaced by ``replace(approver)``:
+        what a runner that runs an agent in another process sends (approvers that ask the
+        parent). The rules and the decisions are unchanged."""
+        if not self._approvers and self._layers is None and self.approver is None:
+            return self
+        out = copy.copy(self)
+        if self.approver is not None:
+            object.__setattr__(out, "approver", replace(self.approver))
+        object.__setattr__(out, "_approvers", tuple(replace(a) for a in self._approvers))
+        if self._layers is not None:
+            lower, upper = self._layers
+            object.__setattr__(
+                out, "_layers", (lower.with_approvers(replace), upper.with_approvers(replace))
+            )
+        return out
+
     def _upper_rule(self, upper: Policy, decision: Decision) -> Decision:
         """An upper layer's rule as it binds this one: its ``confirm`` with nobody of its own
         to ask declines every call, so where this layer's approvers could answer it, it is
@@ -238,7 +255,7 @@ class Policy:
             # the approver's own copy: one that edits what it shows must not change the call
             asked = dataclasses.replace(call, input=copy.deepcopy(call.input))
             try:
-                verdict = await _ask(approver, asked, one_at_a_time, on_abandoned_thread)
+                verdict = await ask_approver(approver, asked, one_at_a_time, on_abandoned_thread)
             except Exception as exc:  # fail closed: an approver that breaks approves nothing
                 _logger.warning(  # no traceback: its text may quote secrets, redacted here
                     "the approver raised on a call to %r by %s: it was not run (%s)",
@@ -267,7 +284,7 @@ class Policy:
         return None
 
 
-async def _ask(
+async def ask_approver(
     approver: Approver,
     call: PendingCall,
     gate: trio.Semaphore | None,

@@ -42,7 +42,7 @@ from .result import RunStatus
 from .state import AgentNode, Limiters, Quota, RunState, make_runtime
 from .tools import Tool, ToolContext
 
-__all__ = ["build_child", "make_root", "plan_child"]
+__all__ = ["add_spawn_tool", "build_child", "make_root", "plan_child"]
 
 SPAWN_TOOL = "spawn_subagent"
 DEFAULT_CONTEXT = ContextPolicy()
@@ -83,7 +83,7 @@ def make_root(run: RunState, agent: Agent, prompt: str, history: list[Message]) 
         task=prompt,
         runtime=make_runtime(limits, run),
     )
-    _add_spawn_tool(node, run)
+    add_spawn_tool(node, run)
     messages = list(history)
     if messages and messages[-1].role == "user":  # keep roles alternating
         last = messages.pop()
@@ -322,7 +322,7 @@ def build_child(
         runtime=parent.runtime if limits is parent.limits else make_runtime(limits, run),
         parent=parent,
     )
-    _add_spawn_tool(child, run)
+    add_spawn_tool(child, run)
     child.append(Message.user(well_formed(task)))  # the HTTP body cannot take a lone surrogate
     parent.children.append((key, child))
     book = parent.spawns
@@ -345,7 +345,9 @@ def _model_for(agent: Agent, parent: AgentNode | None, run: RunState) -> Model:
     )
 
 
-def _add_spawn_tool(node: AgentNode, run: RunState) -> None:
+def add_spawn_tool(node: AgentNode, run: RunState) -> None:
+    """Give ``node`` the spawn tool (and a book of its spawns) if it has subagents and room
+    below it in ``max_depth``."""
     subagents = run.tree.subagents_of(node.agent)
     if subagents and node.depth < (node.limits.max_depth or 0):
         node.tools[SPAWN_TOOL] = build_spawn_tool(subagents)

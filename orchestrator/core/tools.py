@@ -221,6 +221,20 @@ class Tool:
         )
         return tool
 
+    def __reduce__(self) -> tuple[Callable[..., Tool], tuple[Any, ...]]:
+        """A tool pickles as its function and options, and is built again where it lands (its
+        argument model and validator are made at run time): what lets a runner send an agent's
+        tools to another process."""
+        options = {
+            "name": self.name,
+            "description": self.description,
+            "idempotent": self.idempotent,
+            "max_retries": self.max_retries if self.idempotent else 2,
+            "_allow_reserved": self.runtime_tool,
+            "_runtime_tool": self.runtime_tool,
+        }
+        return _rebuild_tool, (self.fn, options)
+
     @classmethod
     def _schema_tool(
         cls,
@@ -311,12 +325,36 @@ class Tool:
         return dict(self._validator.validate_python(arguments).__dict__)
 
 
+def _rebuild_tool(fn: Callable[..., Any], options: dict[str, Any]) -> Tool:
+    return Tool(fn, **options)
+
+
+def _rebuild_schema_tool(fn: Callable[..., Any], options: dict[str, Any]) -> Tool:
+    from .schema import compile_schema  # checked as an input schema where it was made
+
+    check = compile_schema(options["input_schema"], options["name"])
+    return Tool._schema_tool(fn, check=check, **options)
+
+
 class SchemaTool(Tool):
     """A tool made by :meth:`Tool.from_schema`: its arguments are checked against its JSON
     schema, and passed to the handler as one dict."""
 
     __slots__ = ("_check",)
     _check: Callable[[Any, tuple[str | int, ...], list[Any]], None]
+
+    def __reduce__(self) -> tuple[Callable[..., Tool], tuple[Any, ...]]:
+        """Pickled as its handler and schema; the check is compiled again where it lands."""
+        options = {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.input_schema,
+            "is_async": self.is_async,
+            "idempotent": self.idempotent,
+            "max_retries": self.max_retries,
+            "takes_context": self.takes_context,
+        }
+        return _rebuild_schema_tool, (self.fn, options)
 
     def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """The arguments, checked against the schema; raises pydantic's ValidationError (as

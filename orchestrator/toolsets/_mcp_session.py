@@ -39,7 +39,7 @@ from ..core.errors import ConfigurationError, ToolError
 from ..core.tools import Tool, describe_exception
 from ..core.toolset import OfferedTool, ToolsetFailed, ToolsetRun
 from ..tracing import spans
-from .mcp import MAX_NAME, _Http, _Stdio, exposed_name
+from .mcp import MAX_NAME, HttpTransport, StdioTransport, exposed_name
 
 if TYPE_CHECKING:
     from .mcp import MCPServer
@@ -77,7 +77,7 @@ class Connection:
         self._calls: set[trio.CancelScope] = set()
         self.session_id: str | None = None
         self.stderr_path: Path | None = None
-        self.network_transport = "pipe" if isinstance(server.transport, _Stdio) else "tcp"
+        self.network_transport = "pipe" if isinstance(server.transport, StdioTransport) else "tcp"
         self._warned_changes = False
         self._unreadable: dict[trio.CancelScope, str] = {}
         """The calls ended by a message the SDK could not read, and what it was."""
@@ -137,7 +137,7 @@ class Connection:
         async with AsyncExitStack() as stack:
             transport = self.server.transport
             target: Any
-            if isinstance(transport, _Stdio):
+            if isinstance(transport, StdioTransport):
                 errlog = stack.enter_context(self._open_stderr_log())
                 params = StdioServerParameters(
                     command=transport.command,
@@ -172,7 +172,7 @@ class Connection:
         fd = os.open(self.stderr_path, flags, 0o600)
         return open(fd, "w", encoding="utf-8", errors="replace")
 
-    def _http_client(self, transport: _Http) -> httpx2.AsyncClient:
+    def _http_client(self, transport: HttpTransport) -> httpx2.AsyncClient:
         async def remember_session(response: httpx2.Response) -> None:
             session = response.headers.get("mcp-session-id")
             if session:
@@ -358,7 +358,7 @@ class Connection:
             attributes["mcp.protocol.version"] = client.protocol_version
         if self.session_id:
             attributes["mcp.session.id"] = self.session_id
-        if isinstance(self.server.transport, _Http):
+        if isinstance(self.server.transport, HttpTransport):
             parts = urlsplit(self.server.transport.url)
             if parts.hostname:
                 attributes["server.address"] = parts.hostname
@@ -377,9 +377,9 @@ class Connection:
 
     def _failed_to_start(self, exc: BaseException) -> str:
         transport = self.server.transport
-        if isinstance(transport, _Stdio) and _leaf(exc, FileNotFoundError):
+        if isinstance(transport, StdioTransport) and _leaf(exc, FileNotFoundError):
             why = f"its command {transport.command!r} was not found"
-        elif isinstance(transport, _Http) and _leaf(exc, httpx2.ConnectError):
+        elif isinstance(transport, HttpTransport) and _leaf(exc, httpx2.ConnectError):
             why = f"nothing answered at {transport.describe()}"
         elif _leaf(exc, MCPError):
             closed = any(

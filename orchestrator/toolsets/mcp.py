@@ -32,7 +32,7 @@ from ..core.redact import hold_secrets, looks_secret, shown_url, url_secrets
 from ..core.tools import Tool
 from ..core.toolset import OfferedTool, Toolset, ToolsetFailed, ToolsetHost, ToolsetRun
 
-__all__ = ["MCPServer", "server_from_spec"]
+__all__ = ["HttpTransport", "MCPServer", "StdioTransport", "server_from_spec"]
 
 _logger = logging.getLogger("orchestrator.mcp")
 MAX_NAME = 64
@@ -48,22 +48,29 @@ def exposed_name(server: str, tool: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class _Stdio:
+class StdioTransport:
+    """How to reach a server started as a subprocess: its command line, environment and
+    folder (:meth:`MCPServer.stdio`)."""
+
     command: str
     args: tuple[str, ...]
     env: Mapping[str, str] | None
     cwd: str | None
 
     def describe(self) -> str:
+        """The command line, for messages."""
         return " ".join((self.command, *self.args))
 
 
 @dataclass(frozen=True, slots=True)
-class _Http:
+class HttpTransport:
+    """How to reach a server over streamable HTTP: its URL and headers (:meth:`MCPServer.http`)."""
+
     url: str
     headers: Mapping[str, str] | None
 
     def describe(self) -> str:
+        """The URL, for messages (its secrets hidden)."""
         return shown_url(self.url)
 
 
@@ -77,7 +84,7 @@ class MCPServer(Toolset):
     __slots__ = ("_base", "_only", "name", "timeout", "transport")
 
     name: str
-    transport: _Stdio | _Http
+    transport: StdioTransport | HttpTransport
     timeout: float
     _base: MCPServer | None
     _only: tuple[str, ...] | None
@@ -85,7 +92,7 @@ class MCPServer(Toolset):
     def __init__(
         self,
         name: str,
-        transport: _Stdio | _Http,
+        transport: StdioTransport | HttpTransport,
         *,
         timeout: float = 30.0,
         _base: MCPServer | None = None,
@@ -142,7 +149,9 @@ class MCPServer(Toolset):
         _hold_secrets(env)
         return cls(
             name,
-            _Stdio(command, tuple(args), dict(env) if env is not None else None, _path(cwd)),
+            StdioTransport(
+                command, tuple(args), dict(env) if env is not None else None, _path(cwd)
+            ),
             timeout=timeout,
         )
 
@@ -168,7 +177,9 @@ class MCPServer(Toolset):
         _hold_secrets(headers)
         hold_secrets(*url_secrets(url))
         return cls(
-            name, _Http(url, dict(headers) if headers is not None else None), timeout=timeout
+            name,
+            HttpTransport(url, dict(headers) if headers is not None else None),
+            timeout=timeout,
         )
 
     def only(self, *names: str) -> MCPServer:
@@ -193,7 +204,7 @@ class MCPServer(Toolset):
         )
 
     def __repr__(self) -> str:
-        kind = "stdio" if isinstance(self.transport, _Stdio) else "http"
+        kind = "stdio" if isinstance(self.transport, StdioTransport) else "http"
         only = f".only({', '.join(map(repr, self._only))})" if self._only is not None else ""
         return f"MCPServer.{kind}({self.name!r}, {self.transport.describe()!r}){only}"
 

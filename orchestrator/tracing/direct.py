@@ -52,13 +52,13 @@ from opentelemetry.util import types
 
 from ..core.messages import well_formed
 from ..core.redact import RUN_SECRETS, redact
-from .spans import _CONTENT_KEYS, exception_event
+from .spans import CONTENT_KEYS, exception_event
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.sdk.resources import Resource
 
-    from .exporters import _Dispatch
+    from .exporters import Dispatch
 
 __all__ = ["DirectSpan", "DirectTracer"]
 
@@ -139,7 +139,7 @@ def _clean(key: object, value: object, memo: _Memo | None) -> Any:
         _logger.warning("invalid span attribute key %r: dropped", key)
         return None
     if isinstance(value, str):
-        return value if key in _CONTENT_KEYS else _redacted(value, memo)
+        return value if key in CONTENT_KEYS else _redacted(value, memo)
     if isinstance(value, _PLAIN):
         return value
     if isinstance(value, Sequence) and not isinstance(value, bytes | bytearray):
@@ -265,7 +265,7 @@ class DirectSpan(Span):
             kind = type(value)
             if kind is str:  # most values: texts (redacted), counts and flags
                 text = cast(str, value)
-                if key in _CONTENT_KEYS:
+                if key in CONTENT_KEYS:
                     own[key] = text
                 else:
                     done = None if memo is None else memo.get(text)
@@ -281,7 +281,7 @@ class DirectSpan(Span):
         if self.end_time:
             return
         if type(value) is str and type(key) is str and key:  # the common case, inline
-            cleaned: Any = value if key in _CONTENT_KEYS else _redacted(value, self._memo)
+            cleaned: Any = value if key in CONTENT_KEYS else _redacted(value, self._memo)
         else:
             cleaned = _clean(key, value, self._memo)
             if cleaned is None:
@@ -351,7 +351,7 @@ class DirectTracer(trace.Tracer):
     """The tracer of the direct road, one per provider: it makes :class:`DirectSpan` objects
     whose ends go to the provider's live exporters (``dispatch.targets``)."""
 
-    def __init__(self, dispatch: _Dispatch, resource: Resource, scope: InstrumentationScope):
+    def __init__(self, dispatch: Dispatch, resource: Resource, scope: InstrumentationScope):
         self.dispatch = dispatch
         self.resource = resource
         self.scope = scope
@@ -366,7 +366,7 @@ class DirectTracer(trace.Tracer):
         return _redacted(well_formed(name), memo) if done is None else done
 
     @property
-    def span_processor(self) -> _Dispatch:
+    def span_processor(self) -> Dispatch:
         """Where finished SDK spans are handed, as to an SDK tracer's (the spans of children
         that ran elsewhere, ended again here: :func:`orchestrator._dask_spans.emit`)."""
         return self.dispatch

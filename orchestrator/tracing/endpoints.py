@@ -13,13 +13,20 @@ from urllib.parse import urlsplit
 
 from ..core.errors import ConfigurationError
 
-__all__ = ["Protocol", "resolve_otlp_endpoint", "resolve_protocol"]
+__all__ = [
+    "DEFAULT_GRPC_ENDPOINT",
+    "DEFAULT_HTTP_ENDPOINT",
+    "Protocol",
+    "resolve_otlp_endpoint",
+    "resolve_protocol",
+    "traces_url",
+]
 
 Protocol = Literal["grpc", "http/protobuf"]
 
 _PROTOCOLS: Final[tuple[Protocol, ...]] = ("http/protobuf", "grpc")
-_DEFAULT_HTTP_ENDPOINT: Final = "http://localhost:4318"
-_DEFAULT_GRPC_ENDPOINT: Final = "http://localhost:4317"
+DEFAULT_HTTP_ENDPOINT: Final = "http://localhost:4318"
+DEFAULT_GRPC_ENDPOINT: Final = "http://localhost:4317"
 _TRACES_PATH: Final = "/v1/traces"
 
 
@@ -46,7 +53,7 @@ def resolve_protocol(protocol: str | None = None) -> Protocol:
     raise ConfigurationError(f"unsupported OTLP protocol {raw!r}: use 'http/protobuf' or 'grpc'")
 
 
-def _traces_url(base: str, *, always_append: bool) -> str:
+def traces_url(base: str, *, always_append: bool) -> str:
     """An OTLP/HTTP traces URL from a base URL.
 
     The spec says ``OTEL_EXPORTER_OTLP_ENDPOINT`` always gets ``/v1/traces`` appended; for an
@@ -75,7 +82,7 @@ def resolve_otlp_endpoint(endpoint: str | None = None, protocol: str | None = No
         return None  # the protocol variable matters only where something is sent
     http = resolve_protocol(protocol) == "http/protobuf"
     if endpoint:
-        return _traces_url(endpoint, always_append=False) if http else endpoint
+        return traces_url(endpoint, always_append=False) if http else endpoint
     if traces:  # as given, but a bare host:port means plain HTTP as it does for the base URL
         return "http://" + traces if http and "://" not in traces else traces
-    return _traces_url(base, always_append=True) if http else base
+    return traces_url(base, always_append=True) if http else base

@@ -1,9 +1,9 @@
 """The span exporters and processors :func:`~.setup.configure_tracing` gives a tracer provider.
 
 :class:`OtlpJsonLinesExporter` writes trace files. The counting exporter and the batch
-processor (``_SpanPipe``, our own: it takes direct spans too) count what was delivered, failed
+processor (``SpanPipe``, our own: it takes direct spans too) count what was delivered, failed
 or dropped, and carry the shutdown deadline past which the remaining batches fail at once, so
-a dead collector cannot hold exit; ``_Dispatch`` is the one processor added per provider, as
+a dead collector cannot hold exit; ``Dispatch`` is the one processor added per provider, as
 the SDK cannot remove one, and decides whether a provider's runs may take the direct road
 (:func:`direct_tracer`): a setup whose runs take the SDK's road instead logs one warning saying
 why (and one debug line when they take the direct road). Imports the SDK, like :mod:`.setup`;
@@ -35,7 +35,14 @@ from .endpoints import Protocol
 from .otlp_json import encode_direct_json, encode_otlp_json, encode_spans_json
 from .spans import TRACER_NAME
 
-__all__ = ["OtlpJsonLinesExporter"]
+__all__ = [
+    "CountingExporter",
+    "Dispatch",
+    "OtlpJsonLinesExporter",
+    "SpanPipe",
+    "dispatch_for",
+    "otlp_exporter",
+]
 
 _logger = logging.getLogger("orchestrator.tracing")
 
@@ -172,7 +179,7 @@ class OtlpJsonLinesExporter(SpanExporter):
 # Counting and bounding around the SDK's batch processor.
 
 
-class _CountingExporter(SpanExporter):
+class CountingExporter(SpanExporter):
     """Wraps an exporter to count what it was given and what it delivered.
 
     It also carries the shutdown deadline: past ``give_up_at`` a batch fails at once, and once
@@ -258,7 +265,7 @@ class _CountingExporter(SpanExporter):
         return self.inner.force_flush(timeout_millis)
 
 
-class _SpanPipe(SpanProcessor):
+class SpanPipe(SpanProcessor):
     """A batch processor of our own, for SDK spans (``on_end``) and direct ones (``put``).
 
     Ending a span costs an append to a deque (the SDK's batch processor takes a lock and may
@@ -270,7 +277,7 @@ class _SpanPipe(SpanProcessor):
     setup), and is a daemon so that a hung exporter cannot hold the interpreter's exit.
     """
 
-    def __init__(self, exporter: _CountingExporter, *, max_queue_size: int) -> None:
+    def __init__(self, exporter: CountingExporter, *, max_queue_size: int) -> None:
         self.counter = exporter
         self.takes_direct = exporter.takes_direct
         self.told_road: str | None = None  # the road last logged for this pipe's setup
@@ -369,7 +376,7 @@ class _SpanPipe(SpanProcessor):
         self.counter.shutdown()
 
 
-class _Dispatch(SpanProcessor):
+class Dispatch(SpanProcessor):
     """The one processor we add to a provider, passing spans to the live setups' processors.
 
     The SDK cannot remove a processor from a provider: a program that configures tracing,
@@ -378,7 +385,7 @@ class _Dispatch(SpanProcessor):
     """
 
     def __init__(self) -> None:
-        self.targets: tuple[_SpanPipe, ...] = ()
+        self.targets: tuple[SpanPipe, ...] = ()
         self._lock = threading.Lock()
         self._direct: DirectTracer | None = None
 
@@ -403,7 +410,7 @@ class _Dispatch(SpanProcessor):
             self._direct = DirectTracer(self, provider.resource, scope)
         return self._direct
 
-    def _tell(self, targets: Sequence[_SpanPipe], road: str) -> None:
+    def _tell(self, targets: Sequence[SpanPipe], road: str) -> None:
         with self._lock:  # runs of one setup may start in several threads at once
             untold = [t for t in targets if t.told_road != road]
             for target in untold:
@@ -419,11 +426,11 @@ class _Dispatch(SpanProcessor):
                 road,
             )
 
-    def attach(self, processors: Sequence[_SpanPipe]) -> None:
+    def attach(self, processors: Sequence[SpanPipe]) -> None:
         with self._lock:
             self.targets = (*self.targets, *processors)
 
-    def detach(self, processors: Sequence[_SpanPipe]) -> None:
+    def detach(self, processors: Sequence[SpanPipe]) -> None:
         with self._lock:
             self.targets = tuple(p for p in self.targets if p not in processors)
 
@@ -444,7 +451,7 @@ class _Dispatch(SpanProcessor):
         return all(flushed)
 
 
-_DISPATCH: weakref.WeakKeyDictionary[TracerProvider, _Dispatch] = weakref.WeakKeyDictionary()
+_DISPATCH: weakref.WeakKeyDictionary[TracerProvider, Dispatch] = weakref.WeakKeyDictionary()
 _DISPATCH_LOCK = threading.Lock()
 
 
@@ -458,7 +465,7 @@ _DEFAULT_SAMPLER: Final = (
 _DIRECT_ROAD: Final = "direct"
 
 
-def _provider_unfit(provider: TracerProvider, dispatch: _Dispatch) -> list[str]:
+def _provider_unfit(provider: TracerProvider, dispatch: Dispatch) -> list[str]:
     """Why spans of ``provider`` may not skip the SDK (none: they may). They may when
     ``dispatch`` is its only processor, and it samples, makes ids and limits spans as the SDK
     does by default.
@@ -525,16 +532,17 @@ def _split(
     return [s for s in spans if type(s) is not DirectSpan], direct  # type: ignore[misc]
 
 
-def _dispatch_for(provider: TracerProvider) -> _Dispatch:
+def dispatch_for(provider: TracerProvider) -> Dispatch:
+    """The one :class:`Dispatch` of ``provider``, added to it the first time."""
     with _DISPATCH_LOCK:
         dispatch = _DISPATCH.get(provider)
         if dispatch is None:
-            dispatch = _DISPATCH[provider] = _Dispatch()
+            dispatch = _DISPATCH[provider] = Dispatch()
             provider.add_span_processor(dispatch)
         return dispatch
 
 
-def _otlp_exporter(
+def otlp_exporter(
     endpoint: str, protocol: Protocol, timeout: float
 ) -> tuple[SpanExporter, str | None]:
     """Our OTLP exporter for ``protocol`` (the SDK's, sending requests of a bounded size), and
@@ -612,7 +620,7 @@ class _OtlpHttpDirect(_SizedRequests):
     SDK's encoder; serialized requests concatenate into one (protobuf merges repeated
     fields), which goes through the SDK exporter's own HTTP client: its headers, compression,
     TLS settings, retries and shutdown all stay the SDK's. The client is private SDK state,
-    read defensively (:func:`_otlp_exporter` does not use this class without it).
+    read defensively (:func:`otlp_exporter` does not use this class without it).
     """
 
     takes_direct = True

@@ -27,19 +27,19 @@ from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
 from ..core.errors import ConfigurationError
 from .endpoints import (
-    _DEFAULT_GRPC_ENDPOINT,
-    _DEFAULT_HTTP_ENDPOINT,
+    DEFAULT_GRPC_ENDPOINT,
+    DEFAULT_HTTP_ENDPOINT,
     Protocol,
-    _traces_url,
     resolve_otlp_endpoint,
     resolve_protocol,
+    traces_url,
 )
 from .exporters import (
+    CountingExporter,
     OtlpJsonLinesExporter,
-    _CountingExporter,
-    _dispatch_for,
-    _otlp_exporter,
-    _SpanPipe,
+    SpanPipe,
+    dispatch_for,
+    otlp_exporter,
 )
 from .flush import run_bounded
 
@@ -103,7 +103,7 @@ class TracingSetup:
         *,
         tracer_provider: TracerProvider,
         owns_provider: bool,
-        processors: Sequence[_SpanPipe],
+        processors: Sequence[SpanPipe],
         trace_file: Path | None,
         endpoint: str | None,
         protocol: Protocol | None,
@@ -206,7 +206,7 @@ class TracingSetup:
             self._shut_down = True
         atexit.unregister(self.shutdown)
         if self._processors:  # spans ending from now on are no longer ours
-            _dispatch_for(self.tracer_provider).detach(self._processors)
+            dispatch_for(self.tracer_provider).detach(self._processors)
         limit = self.export_timeout if timeout is None else timeout
         started = time.monotonic()
         timers: list[threading.Timer] = []
@@ -354,21 +354,21 @@ def configure_tracing(
     else:  # console only
         resolved_endpoint, use_otlp = None, False
 
-    exporters: list[_CountingExporter] = []
+    exporters: list[CountingExporter] = []
     used_endpoint: str | None = None
     used_protocol: Protocol | None = None
     trace_file: Path | None = None
     if use_otlp:
         used_protocol = resolve_protocol(protocol)
         used_endpoint = resolved_endpoint or (
-            _traces_url(_DEFAULT_HTTP_ENDPOINT, always_append=True)
+            traces_url(DEFAULT_HTTP_ENDPOINT, always_append=True)
             if used_protocol == "http/protobuf"
-            else _DEFAULT_GRPC_ENDPOINT
+            else DEFAULT_GRPC_ENDPOINT
         )
-        otlp, sdk_only = _otlp_exporter(used_endpoint, used_protocol, export_timeout)
-        exporters.append(_CountingExporter(otlp, "otlp", sdk_only=sdk_only))
+        otlp, sdk_only = otlp_exporter(used_endpoint, used_protocol, export_timeout)
+        exporters.append(CountingExporter(otlp, "otlp", sdk_only=sdk_only))
     if "console" in names:
-        exporters.append(_CountingExporter(ConsoleSpanExporter(out=sys.stderr), "console"))
+        exporters.append(CountingExporter(ConsoleSpanExporter(out=sys.stderr), "console"))
     if (
         (keep_file or not use_otlp)
         and "none" not in names
@@ -376,7 +376,7 @@ def configure_tracing(
     ):
         trace_file = run_file if run_file is not None else _default_trace_file(cast(Path, runs_dir))
         _check_writable_folder(trace_file.parent)
-        exporters.append(_CountingExporter(OtlpJsonLinesExporter(trace_file), "file"))
+        exporters.append(CountingExporter(OtlpJsonLinesExporter(trace_file), "file"))
 
     owns_provider = False
     if tracer_provider is None:
@@ -406,9 +406,9 @@ def configure_tracing(
                 # every setup (atexit runs in reverse), for processors users added themselves
                 atexit.register(_shutdown_at_exit, tracer_provider, export_timeout)
 
-    processors = [_SpanPipe(e, max_queue_size=max_queue_size) for e in exporters]
+    processors = [SpanPipe(e, max_queue_size=max_queue_size) for e in exporters]
     if processors:
-        _dispatch_for(tracer_provider).attach(processors)
+        dispatch_for(tracer_provider).attach(processors)
     return TracingSetup(
         tracer_provider=tracer_provider,
         owns_provider=owns_provider,

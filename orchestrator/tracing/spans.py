@@ -46,7 +46,7 @@ from .content import content_for_span
 if TYPE_CHECKING:
     from ..models.base import ModelRequest, ModelResponse
 
-__all__ = ["NO_SPAN", "get_tracer", "span", "tracing_live"]
+__all__ = ["CONTENT_KEYS", "NO_SPAN", "get_tracer", "span", "tracing_live"]
 
 
 TRACER_NAME = "orchestrator"
@@ -104,7 +104,7 @@ class _NoSpan:
 
 NO_SPAN = _NoSpan()
 
-_CONTENT_KEYS: Final = frozenset(
+CONTENT_KEYS: Final = frozenset(
     {
         "gen_ai.system_instructions",
         "gen_ai.input.messages",
@@ -133,7 +133,7 @@ def _redacted(attributes: Mapping[str, Any] | None) -> dict[str, Any] | None:
         return None
     out = dict(attributes)
     for key, value in out.items():  # numbers (most usage figures) cost only this test
-        if isinstance(value, _TEXTS) and key not in _CONTENT_KEYS:
+        if isinstance(value, _TEXTS) and key not in CONTENT_KEYS:
             out[key] = _redacted_value(value)
     return out
 
@@ -160,7 +160,7 @@ class _RedactedSpan(Span):
         self._span.set_attributes(_redacted(attributes) or {})
 
     def set_attribute(self, key: str, value: types.AttributeValue) -> None:
-        self._span.set_attribute(key, value if key in _CONTENT_KEYS else _redacted_value(value))
+        self._span.set_attribute(key, value if key in CONTENT_KEYS else _redacted_value(value))
 
     def add_event(
         self, name: str, attributes: types.Attributes = None, timestamp: int | None = None
