@@ -1301,3 +1301,39 @@ def test_a_tool_decorated_inside_a_class_says_to_use_the_bound_method() -> None:
 def test_a_tool_is_not_made_a_tool_again() -> None:
     with pytest.raises(ConfigurationError, match="needs a function"):
         tool(search)
+
+
+def _add(a: int, b: int = 1) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+def _echo(arguments: dict) -> str:
+    return str(arguments)
+
+
+def test_a_tool_pickles_as_its_function_and_options_and_validates_on_the_other_side() -> None:
+    import pickle
+
+    import cloudpickle  # type: ignore[import-untyped, unused-ignore]  # the dask extra's
+
+    made = tool(idempotent=True, max_retries=4)(_add)
+    again = pickle.loads(pickle.dumps(made))
+    assert (again.name, again.description, again.idempotent, again.max_retries) == (
+        made.name,
+        made.description,
+        True,
+        4,
+    )
+    assert again.input_schema == made.input_schema
+    assert again.validate({"a": 2}) == {"a": 2, "b": 1}
+    with pytest.raises(pydantic.ValidationError):
+        again.validate({"a": "two"})
+    schema = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
+    described = Tool.from_schema("echo", "Echo.", schema, _echo)
+    # its function wraps the handler in a closure: cloudpickle (what runners send with) takes it
+    back = pickle.loads(cloudpickle.dumps(described))
+    assert type(back) is type(described) and back.input_schema == schema
+    assert back.validate({"q": "x"}) == {"q": "x"}
+    with pytest.raises(pydantic.ValidationError):
+        back.validate({"q": 3})
