@@ -72,6 +72,9 @@ from .core.spawn import SPAWN_TOOL
 from .core.tools import describe_exception
 
 if TYPE_CHECKING:
+    from distributed import Client
+    from distributed.security import Security
+
     from .core.agent import AgentTree
     from .core.state import AgentNode, Quota, RunState
     from .core.tools import Tool
@@ -139,10 +142,10 @@ class DaskRunner:
 
     def __init__(
         self,
-        address_or_client: Any,
+        address_or_client: str | Client,
         *,
         depth: int = 1,
-        security: Any = None,
+        security: Security | None = None,
         by_value: Iterable[ModuleType | str] = (),
         connect_timeout: float = 10.0,
         secede: bool = True,

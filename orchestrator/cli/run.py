@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
     from ..core.journal_sqlite import SQLiteJournal
     from ..core.runner import ChildRunner
+    from ..tracing.setup import TracingSetup
 
 __all__ = ["cmd_resume", "cmd_run", "load_agent", "offline_fallback", "offline_providers"]
 
@@ -582,18 +583,12 @@ def _corpus_for(args: argparse.Namespace) -> Iterator[None]:
             os.environ[_CORPUS_ENV] = before
 
 
-def _launch(
-    args: argparse.Namespace,
-    defined: Agent,
-    prompt: str,
-    run_id: str,
-    journal_plan: _JournalPlan | None,
-) -> int:
-    """Run (or resume) the tree ``defined`` with the command line's options applied."""
-    from ..tracing.setup import configure_tracing
-
+def _tree_with_options(
+    args: argparse.Namespace, defined: Agent, journal_plan: _JournalPlan | None
+) -> tuple[Agent, str | None, Limits | None, tuple[str, ...]]:
+    """The tree, default model and limits the command line's options make of ``defined``, and
+    the providers swapped for the offline model (a usage error for a bad option)."""
     agent = defined
-    mcp_names = [spec.partition("=")[0].strip() for spec in args.mcp]
     if args.mcp:  # the root's tools, so subagents inheriting its tools get them too
         agent = _with_mcp_servers(agent, args.mcp)
     try:
@@ -619,6 +614,31 @@ def _launch(
             raise UsageError(f"--max-output-tokens must be a positive integer, got {cap}")
         agent = agent.map_tree(lambda a: a.replace(max_output_tokens=min(a.max_output_tokens, cap)))
     agent, model, swapped = offline_providers(agent, model)
+    return agent, model, limits, swapped
+
+
+def _trace_name(run_id: str, runs_dir: Path, journal_plan: _JournalPlan | None) -> str:
+    """The run's trace file: ``RUN_ID.jsonl``; a resumed run's goes beside the first."""
+    if journal_plan is None or not journal_plan.resume:
+        return f"{run_id}.jsonl"
+    n = 2
+    while (runs_dir / f"{run_id}.resumed{n}.jsonl").exists():
+        n += 1
+    return f"{run_id}.resumed{n}.jsonl"
+
+
+def _launch(
+    args: argparse.Namespace,
+    defined: Agent,
+    prompt: str,
+    run_id: str,
+    journal_plan: _JournalPlan | None,
+) -> int:
+    """Run (or resume) the tree ``defined`` with the command line's options applied."""
+    from ..tracing.setup import configure_tracing
+
+    mcp_names = [spec.partition("=")[0].strip() for spec in args.mcp]
+    agent, model, limits, swapped = _tree_with_options(args, defined, journal_plan)
     offline = bool(swapped)
     err = sys.stderr
     if offline and not (args.json or args.quiet):
@@ -627,12 +647,7 @@ def _launch(
         return _dry_run(agent, model, limits, args)
     runner = _dask_runner(getattr(args, "dask", None))
     runs_dir = Path(args.runs_dir)
-    trace_name = f"{run_id}.jsonl"
-    if journal_plan is not None and journal_plan.resume:  # a new trace, beside the first
-        n = 2
-        while (runs_dir / f"{run_id}.resumed{n}.jsonl").exists():
-            n += 1
-        trace_name = f"{run_id}.resumed{n}.jsonl"
+    trace_name = _trace_name(run_id, runs_dir, journal_plan)
     try:
         # a provider of the run's own, not the global one: main() may run again in this
         # process, and a program's global provider (and its processors) is not the CLI's
@@ -686,32 +701,7 @@ def _launch(
         wall = time.perf_counter() - started
         if _mcp_did_not_start(result, mcp_names):  # bad input on the command line: exit 2
             raise UsageError(str(result.error))
-        # an endpoint's user and password (https://user:token@host) are not for a log
-        where = without_userinfo(setup.endpoint) if setup.endpoint else "not exported"
-        trace = str(setup.trace_file) if setup.trace_file else where
-        if setup.endpoint and setup.trace_file:  # sent, and kept for `trace export` to re-send
-            trace = f"{where} file={setup.trace_file}"
-        # The answer goes out before the spans are flushed: a slow or dead collector can hold the
-        # flush for seconds, and a Ctrl-C then must not cost the answer (only unsent spans).
-        code = EXIT_CODES[result.status]
-        try:
-            _write_answer(
-                result,
-                args,
-                wall,
-                trace.split(" file=", 1)[0],
-                offline,
-                str(setup.trace_file) if setup.trace_file else None,
-            )
-            setup.shutdown()
-        except KeyboardInterrupt:
-            err.write("trace export interrupted: spans not yet sent are lost\n")
-            code = EXIT_CODES[RunStatus.CANCELLED]
-        if result.status is not RunStatus.COMPLETED and not args.json:
-            err.write(terminal_safe(f"run ended with {result.status.value}: {result.error}") + "\n")
-        if not (args.quiet or args.json):
-            err.write(terminal_safe(_summary(result, wall, trace)) + "\n")
-        return code
+        return _report(result, args, wall, setup, offline)
 
     finally:
         setup.shutdown()
@@ -749,6 +739,39 @@ def _crashed(
         _write_stdout(json.dumps(_redacted(payload, secrets)) + "\n")
     err.write(terminal_safe(redact(f"run ended with error: {reason}; {where}", secrets)) + "\n")
     return EXIT_CODES[RunStatus.ERROR]
+
+
+def _report(
+    result: RunResult, args: argparse.Namespace, wall: float, setup: TracingSetup, offline: bool
+) -> int:
+    """Write the answer, flush the spans, then the summary; the exit code."""
+    err = sys.stderr
+    # an endpoint's user and password (https://user:token@host) are not for a log
+    where = without_userinfo(setup.endpoint) if setup.endpoint else "not exported"
+    trace = str(setup.trace_file) if setup.trace_file else where
+    if setup.endpoint and setup.trace_file:  # sent, and kept for `trace export` to re-send
+        trace = f"{where} file={setup.trace_file}"
+    # The answer goes out before the spans are flushed: a slow or dead collector can hold the
+    # flush for seconds, and a Ctrl-C then must not cost the answer (only unsent spans).
+    code = EXIT_CODES[result.status]
+    try:
+        _write_answer(
+            result,
+            args,
+            wall,
+            trace.split(" file=", 1)[0],
+            offline,
+            str(setup.trace_file) if setup.trace_file else None,
+        )
+        setup.shutdown()
+    except KeyboardInterrupt:
+        err.write("trace export interrupted: spans not yet sent are lost\n")
+        code = EXIT_CODES[RunStatus.CANCELLED]
+    if result.status is not RunStatus.COMPLETED and not args.json:
+        err.write(terminal_safe(f"run ended with {result.status.value}: {result.error}") + "\n")
+    if not (args.quiet or args.json):
+        err.write(terminal_safe(_summary(result, wall, trace)) + "\n")
+    return code
 
 
 def _approve_mode(args: argparse.Namespace) -> str:

@@ -167,7 +167,7 @@ class Agent(Generic[OutputT]):
         output_validators: Sequence[OutputValidator] = (),
     ) -> None: ...
 
-    def __init__(
+    def __init__(  # noqa: C901 - one check per argument, each with its own message
         self,
         name: str,
         instructions: str,

@@ -129,7 +129,7 @@ def _drive(
 ) -> Generator[Any, Any, T]:
     try:
         # a generator-based coroutine may ``yield from`` a coroutine: no ``__await__`` wrapper
-        yield from trio.lowlevel.checkpoint_if_cancelled()
+        yield from trio.lowlevel.checkpoint_if_cancelled()  # noqa: ASYNC105 - yield from awaits
     except BaseException:
         coro.close()  # never started: no "was never awaited" warning
         raise
@@ -138,7 +138,7 @@ def _drive(
     try:
         trap = coro.send(None)
     except StopIteration as done:
-        yield from trio.lowlevel.cancel_shielded_checkpoint()
+        yield from trio.lowlevel.cancel_shielded_checkpoint()  # noqa: ASYNC105 - as await
         result: T = done.value
         # A deadline that passed, or a Ctrl-C that came, while code before this call blocked
         # the event loop (a tool busy without an await) is only seen by the scheduler during
@@ -146,7 +146,7 @@ def _drive(
         # a call that never waited (a test or offline model) gets here, so no other call pays
         # for the check; its answer is not used, but handed over to be billed.
         try:
-            yield from trio.lowlevel.checkpoint_if_cancelled()
+            yield from trio.lowlevel.checkpoint_if_cancelled()  # noqa: ASYNC105 - yield from awaits
         except BaseException:
             if cut_answers is not None:
                 cut_answers.append(result)

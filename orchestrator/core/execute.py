@@ -111,7 +111,7 @@ async def _execute(
 
 
 @trio.lowlevel.enable_ki_protection  # a Ctrl-C waits for a checkpoint here; tools are not protected
-async def _call_one(
+async def _call_one(  # noqa: C901 - the hot path, kept in one frame (docs/performance.md)
     node: AgentNode,
     run: RunState,
     index: int,

@@ -171,7 +171,7 @@ async def _compact(
         return None
 
 
-async def _generate(
+async def _generate(  # noqa: C901 - the hot path, one call in one frame (docs/performance.md)
     node: AgentNode,
     run: RunState,
     specs: list[ToolSpec],

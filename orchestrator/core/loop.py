@@ -378,7 +378,7 @@ def _record_turn(
         )
 
 
-def _parse_step(
+def _parse_step(  # noqa: C901 - the stop-reason table, whole, as its docstring says
     node: AgentNode, state: _LoopState, response: ModelResponse, *, larger_cap: bool = False
 ) -> Parsed:
     """PARSE: what ``stop_reason`` and the tool calls mean. The stop-reason table, whole.

@@ -399,7 +399,7 @@ def _text_in(block: Block) -> str:
     return str(block.data)
 
 
-def transcript_problem(messages: Sequence[Message]) -> str | None:
+def transcript_problem(messages: Sequence[Message]) -> str | None:  # noqa: C901 - one branch a rule
     """What makes ``messages`` unfit to continue from, or ``None``.
 
     The API's rules, checked before a run instead of failing at its first model call: the first

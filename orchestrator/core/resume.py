@@ -16,6 +16,7 @@ resuming a different tree is refused, naming the first difference.
 from __future__ import annotations
 
 import os
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar, overload
 
@@ -132,22 +133,71 @@ async def resume(
 
 @overload
 def resume_sync(
-    journal_path: str | os.PathLike[str], *, agent: Agent[T], **options: Any
+    journal_path: str | os.PathLike[str],
+    *,
+    agent: Agent[T],
+    model: Model | str | None = None,
+    limits: Limits | None = None,
+    policy: Policy | None = None,
+    deps: Any = None,
+    tracer_provider: trace.TracerProvider | None = None,
+    context: ContextPolicy | None = None,
+    tool_threads: int | None = None,
+    runner: ChildRunner | None = None,
+    definitions: Agent | None = None,
 ) -> RunResult[T]: ...
 
 
 @overload
 def resume_sync(
-    journal_path: str | os.PathLike[str], *, agent: None = None, **options: Any
+    journal_path: str | os.PathLike[str],
+    *,
+    agent: None = None,
+    model: Model | str | None = None,
+    limits: Limits | None = None,
+    policy: Policy | None = None,
+    deps: Any = None,
+    tracer_provider: trace.TracerProvider | None = None,
+    context: ContextPolicy | None = None,
+    tool_threads: int | None = None,
+    runner: ChildRunner | None = None,
+    definitions: Agent | None = None,
 ) -> RunResult[Any]: ...
 
 
 def resume_sync(
-    journal_path: str | os.PathLike[str], *, agent: Agent | None = None, **options: Any
+    journal_path: str | os.PathLike[str],
+    *,
+    agent: Agent | None = None,
+    model: Model | str | None = None,
+    limits: Limits | None = None,
+    policy: Policy | None = None,
+    deps: Any = None,
+    tracer_provider: trace.TracerProvider | None = None,
+    context: ContextPolicy | None = None,
+    tool_threads: int | None = None,
+    runner: ChildRunner | None = None,
+    definitions: Agent | None = None,
 ) -> RunResult[Any]:
-    """:func:`resume` under ``trio.run``, then a bounded flush of the tracer provider's spans."""
+    """:func:`resume` under ``trio.run`` (the same options), then a bounded flush of the tracer
+    provider's spans."""
     from ..tracing.flush import flush_tracer_provider
 
-    result = trio.run(lambda: resume(journal_path, agent=agent, **options))
-    flush_tracer_provider(options.get("tracer_provider"), timeout=2.0)
+    result = trio.run(
+        partial(
+            resume,
+            journal_path,
+            agent=agent,
+            model=model,
+            limits=limits,
+            policy=policy,
+            deps=deps,
+            tracer_provider=tracer_provider,
+            context=context,
+            tool_threads=tool_threads,
+            runner=runner,
+            definitions=definitions,
+        )
+    )
+    flush_tracer_provider(tracer_provider, timeout=2.0)
     return result

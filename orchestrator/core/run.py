@@ -275,7 +275,7 @@ async def open_run(
             state.owned_journal.close()
 
 
-def _prepare(
+def _prepare(  # noqa: C901 - one check per run option, each with its own message
     agent: Agent,
     prompt: str,
     model: Model | str | None,

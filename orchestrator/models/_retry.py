@@ -179,7 +179,8 @@ class Gate:
             self.refusal = refusal
 
     async def wait(self) -> None:
-        while (delay := self.open_at - trio.current_time()) > 0:
+        # another 429 moves open_at later while we sleep: sleep again until it stays passed
+        while (delay := self.open_at - trio.current_time()) > 0:  # noqa: ASYNC110
             await trio.sleep(delay)
 
     async def passed(self, on_wait: Callable[[float, str], None]) -> Failure | None:

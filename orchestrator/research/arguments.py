@@ -37,7 +37,9 @@ def example_arguments(spec: ToolSpec, task: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _example_value(prop: Mapping[str, Any], task: str, root: Mapping[str, Any], depth: int) -> Any:
+def _example_value(  # noqa: C901 - one branch a JSON-schema type or keyword
+    prop: Mapping[str, Any], task: str, root: Mapping[str, Any], depth: int
+) -> Any:
     if depth > 8:
         return None
     ref = prop.get("$ref")

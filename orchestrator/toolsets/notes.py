@@ -313,7 +313,7 @@ def _snippet(text: str, matcher: re.Pattern[str]) -> str:
     return ("..." if start else "") + piece + ("..." if start + _SNIPPET_CHARS < len(flat) else "")
 
 
-def notes_tools(path: Path | str | None = None) -> list[Tool]:
+def notes_tools(path: Path | str | None = None) -> list[Tool]:  # noqa: C901 - four tools' bodies
     """The notes toolset: ``write_note``, ``list_notes``, ``read_note``, ``search_notes``.
 
     ``path`` is an SQLite file (created if missing; notes stay scoped by run id, so runs sharing

@@ -181,7 +181,7 @@ class TracingSetup:
         done = run_bounded(flush_all, limit, "trace flush", one_at_a_time=self)
         return done and self.failed_spans == failed_before
 
-    async def flush(self, timeout: float | None = None) -> bool:
+    async def flush(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109 - force_flush's
         """:meth:`force_flush` for trio code: runs in a worker thread, never blocks the loop,
         and returns within ``timeout`` even if cancelled (the flush continues in the
         background)."""
@@ -286,7 +286,7 @@ def _check_writable_folder(folder: Path) -> None:
         ) from None
 
 
-def configure_tracing(
+def configure_tracing(  # noqa: C901 - one check per option, each with its own message
     *,
     service_name: str | None = None,
     endpoint: str | None = None,

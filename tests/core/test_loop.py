@@ -564,7 +564,7 @@ async def test_a_request_holds_a_snapshot_of_the_transcript_not_a_live_view():
 
 async def test_an_async_function_model_is_awaited():
     async def fn(request):
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()
         return text("async answer")
 
     result = await run(agent_for(FunctionModel(fn)), "go")

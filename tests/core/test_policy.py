@@ -149,7 +149,7 @@ async def test_a_confirmed_call_runs_when_an_async_approver_says_yes(autojump_cl
 
 async def test_a_confirmed_call_is_declined_when_an_async_approver_says_no():
     async def approve(pending: PendingCall) -> bool:
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()
         return False
 
     policy = Policy(rules={"delete_file": "confirm"}, approver=approve)

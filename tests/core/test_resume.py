@@ -22,7 +22,9 @@ from orchestrator import (
     RunStatus,
     open_run,
     resume,
+    resume_sync,
     run,
+    run_sync,
     tool,
 )
 from orchestrator.core.events import AgentFinished
@@ -115,6 +117,16 @@ async def test_a_completed_run_resumes_to_its_answer_without_asking_or_running_a
     assert (len(ASKED), len(SIDE_EFFECTS)) == (asked, effects)
     assert [c.output for c in again.children] == [c.output for c in first.children]
     assert again.usage == first.usage  # the budget's view: what was spent, once
+
+
+def test_resume_sync_takes_resumes_options_by_name_and_replays_a_completed_run(tmp_path):
+    path = tmp_path / "run.db"
+    first = run_sync(LEAD, "go", model=MODEL, journal=path)
+    asked = len(ASKED)
+    again = resume_sync(path, agent=LEAD, model=MODEL, limits=Limits(max_turns=5))
+    assert (again.status, again.output, len(ASKED)) == (RunStatus.COMPLETED, first.output, asked)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'modle'"):
+        resume_sync(path, agent=LEAD, modle=MODEL)  # type: ignore[call-arg]
 
 
 async def test_a_cancelled_run_resumes_where_it_stopped_and_an_unknown_outcome_is_not_run_again(

@@ -96,7 +96,7 @@ async def test_an_async_handler_with_context_runs_under_the_tool_timeout_and_pol
     got = []
 
     async def handler(ctx, arguments):
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()
         got.append((ctx.agent_name, ctx.tool_call_id, arguments))
         return "ok"
 

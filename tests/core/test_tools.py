@@ -416,7 +416,7 @@ async def test_an_async_tool_runs_in_the_trio_task():
     @tool
     async def where() -> str:
         """Report the thread."""
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()
         return str(threading.get_ident())
 
     _, res = await call_once(where)
@@ -555,7 +555,7 @@ async def test_an_async_tool_that_never_awaits_runs_without_a_timeout_scope():
     async def waits() -> str:
         """Answer after a checkpoint."""
         deadlines["waits"] = trio.current_effective_deadline()
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()
         return "later"
 
     _, instant_result = await call_once(instant, limits=Limits(tool_timeout=5))
@@ -581,7 +581,7 @@ async def _double_later(x: int) -> int:
     Args:
         x: the number
     """
-    await trio.sleep(0)
+    await trio.lowlevel.checkpoint()
     return 2 * x
 
 
@@ -596,7 +596,7 @@ def _as_async(fn):
 def _as_async_after_a_checkpoint(fn):
     @functools.wraps(fn)
     async def wrapper(*args, **kwargs):
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()
         return fn(*args, **kwargs)
 
     return wrapper
@@ -679,7 +679,7 @@ def test_a_generator_function_is_not_a_tool():
 
 
 async def _awaits() -> None:
-    await trio.sleep(0)
+    await trio.lowlevel.checkpoint()
 
 
 class _AsyncCallable:
@@ -692,7 +692,7 @@ def _never_waiting_cases():
         return 1
 
     async def with_await() -> None:
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()
 
     async def with_async_with() -> None:
         async with trio.open_nursery():
@@ -707,7 +707,7 @@ def _never_waiting_cases():
 
     async def awaits_in_a_branch(flag: bool) -> None:
         if flag:
-            await trio.sleep(0)
+            await trio.lowlevel.checkpoint()
 
     def sync() -> int:
         return 1

@@ -338,7 +338,7 @@ async def test_tool_raising_a_group_nested_thousands_deep_gets_its_one_error_as_
     @tool
     async def burrow() -> str:
         """Fail deep down."""
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()
         exc: Exception = ValueError("the real problem")
         for _ in range(levels):
             exc = ExceptionGroup("wrapped", [exc])

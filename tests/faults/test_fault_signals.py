@@ -389,7 +389,7 @@ async def mixed_group() -> None:
         raise KeyboardInterrupt
 
     async def exit_generator() -> None:
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()
         raise GeneratorExit("closed")
 
     async with trio.open_nursery() as nursery:
@@ -398,7 +398,7 @@ async def mixed_group() -> None:
 
 
 async def raise_(exc: BaseException) -> None:
-    await trio.sleep(0)
+    await trio.lowlevel.checkpoint()
     raise exc
 
 
@@ -577,7 +577,7 @@ async def test_an_async_tool_that_holds_the_loop_past_its_tool_timeout_is_report
     @tool
     async def hog() -> str:
         """Compute without awaiting for longer than the timeout."""
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()
         start = time.monotonic()
         while time.monotonic() - start < 0.4:
             pass
