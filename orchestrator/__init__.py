@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from .core.errors import OutputRejected as OutputRejected
     from .core.errors import RunFailedError as RunFailedError
     from .core.errors import ToolError as ToolError
+    from .core.inprocess import InProcessRunner as InProcessRunner
     from .core.journal import Journal as Journal
     from .core.journal import NullJournal as NullJournal
     from .core.limits import DEFAULT_LIMITS as DEFAULT_LIMITS
@@ -48,8 +49,7 @@ if TYPE_CHECKING:
     from .core.runner import ChildOutcome as ChildOutcome
     from .core.runner import ChildRunner as ChildRunner
     from .core.runner import ChildSpec as ChildSpec
-    from .core.runner import InProcessRunner as InProcessRunner
-    from .core.runner import ParentSide as ParentSide
+    from .core.runner import Parent as Parent
     from .core.tools import Tool as Tool
     from .core.tools import ToolContext as ToolContext
     from .core.tools import tool as tool
@@ -79,7 +79,7 @@ __all__ = [
     "OrchestratorError",
     "OutputContext",
     "OutputRejected",
-    "ParentSide",
+    "Parent",
     "PendingCall",
     "Policy",
     "RunFailedError",
@@ -144,8 +144,8 @@ _LAZY: dict[str, str] = {
     "ChildOutcome": "orchestrator.core.runner",
     "ChildRunner": "orchestrator.core.runner",
     "ChildSpec": "orchestrator.core.runner",
-    "InProcessRunner": "orchestrator.core.runner",
-    "ParentSide": "orchestrator.core.runner",
+    "InProcessRunner": "orchestrator.core.inprocess",
+    "Parent": "orchestrator.core.runner",
     "Tool": "orchestrator.core.tools",
     "ToolContext": "orchestrator.core.tools",
     "tool": "orchestrator.core.tools",

@@ -125,7 +125,7 @@ def violations(room: str, rule: Callable[[str, str], str | None]) -> list[str]:
 
 
 def test_every_room_of_the_layout_exists() -> None:
-    for room in ("core", "models", "tracing", "toolsets", "research", "cli"):
+    for room in ("core", "models", "tracing", "toolsets", "research", "cli", "dask"):
         assert (PACKAGE / room / "__init__.py").is_file(), room
     assert (PACKAGE / "testing.py").is_file()
 
@@ -184,6 +184,31 @@ def test_models_tracing_and_toolsets_never_import_the_loop_or_anything_above_the
 
     for room in ("models", "tracing", "toolsets"):
         assert violations(room, rule) == [], room
+
+
+# The child seam: what a runner outside core (the Dask package) may use of core.
+SEAM = frozenset({"orchestrator.core.runner", "orchestrator.core.host"})
+
+
+def test_the_dask_package_reaches_core_only_through_the_seam() -> None:
+    # the runner through core/runner.py, its worker through core/host.py; anything else it
+    # needs is a public name (``from orchestrator import Usage``)
+    def rule(source: str, target: str) -> str | None:
+        if within(target, "orchestrator.core") and not any(within(target, s) for s in SEAM):
+            return "core's internals: only core.runner and core.host"
+        return None
+
+    assert violations("dask", rule) == []
+
+
+def test_the_seam_module_loads_no_runtime() -> None:
+    # a runner imports core/runner.py without the loop, the state or the in-process runner
+    modules = loaded_after("import orchestrator.core.runner")
+    core = {m for m in modules if within(m, "orchestrator.core")}
+    assert "orchestrator.core.runner" in core
+    assert core <= {"orchestrator.core", "orchestrator.core.runner", "orchestrator.core.limits"} | {
+        f"orchestrator.core.{m}" for m in ("result", "errors", "messages", "records")
+    }
 
 
 def test_the_loop_never_imports_spawn() -> None:

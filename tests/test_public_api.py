@@ -36,7 +36,7 @@ EXPORTS = {
         "OrchestratorError",
         "OutputContext",
         "OutputRejected",
-        "ParentSide",
+        "Parent",
         "PendingCall",
         "Policy",
         "RunFailedError",

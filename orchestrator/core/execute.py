@@ -41,10 +41,10 @@ from .cancellation import (
 )
 from .errors import ToolError, exception_type
 from .events import ToolFinished, ToolStarted
+from .inprocess import SpawnSide
 from .messages import ToolResultBlock, ToolUseBlock, canonical_json, well_formed
 from .policy import Decision, PendingCall
 from .redact import redact
-from .runner import ParentSide
 from .state import AgentNode, RunState, _AskInOrder
 from .tools import (
     Tool,
@@ -160,7 +160,7 @@ async def _call_one(  # noqa: C901 - the hot path, kept in one frame (docs/perfo
                     call.id,
                     node.turns,
                     s,
-                    ParentSide(run, node, node.turns, index, s) if t.runtime_tool else None,
+                    SpawnSide(run, node, node.turns, index, s) if t.runtime_tool else None,
                 )
                 if t.takes_context
                 else None

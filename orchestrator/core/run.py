@@ -37,6 +37,7 @@ from .agent import Agent, AgentTree
 from .compaction import ContextPolicy
 from .errors import ConfigurationError
 from .events import Event, EventSink
+from .inprocess import InProcessRun
 from .journal import Journal, NullJournal
 from .limits import Limits
 from .loop import run_agent
@@ -234,7 +235,7 @@ async def open_run(
     try:
         session = getattr(runner, "session", None)
         if session is not None:  # a runner's own set-up for the run (a Dask client), first
-            await stack.enter_async_context(session(state))
+            await stack.enter_async_context(session(InProcessRun(state)))
         async with trio.open_nursery() as nursery:
             if state.tree.toolsets:  # before any model call; raises a ConfigurationError
                 await open_toolsets(state, root, nursery, Path(log_dir) if log_dir else None)

@@ -1,37 +1,45 @@
-"""The child seam: what a spawn hands to whoever runs the child, and what comes back.
+"""The child seam: what a spawn hands to whoever runs the child, and what it may do back.
 
 A spawn is planned on the parent's side (the checks that refuse it, its number and path, the
 tools it may hold) into a :class:`ChildSpec` of plain data, and handed to the run's
-:class:`ChildRunner` with the parent's side of the child, :class:`ParentSide` (the parent's
-ledger to lease from and settle on, its event sink, approvals, spawn quotas and cancellation).
-The runner runs it and returns a :class:`ChildOutcome`. Nothing else reaches across from a
-parent to a child, so a runner that runs children in another process or on another machine
-(``orchestrator.dask``) implements the same protocol as :class:`InProcessRunner`, the default,
-which runs the child's loop right here, in the parent's EXECUTE step (so the child is
-cancelled with its parent and never outlives it).
+:class:`ChildRunner` with a :class:`Parent`: the parent's side of that one child, naming
+exactly what a runner may do there. The runner runs the child and returns a
+:class:`ChildOutcome`. Nothing else reaches across from a parent to a child.
+
+The default runner runs the child's loop right here (``core/inprocess.py``). A runner that runs
+children elsewhere (``orchestrator.dask``; a subprocess pool, Ray or Temporal tomorrow) starts
+the child on the parent's side (:meth:`Parent.start`), replays it if the run's journal holds
+its subtree (:meth:`Parent.replayed`), leases it a share of the budget (:meth:`Parent.lease`),
+sends its spec with what it inherits (:meth:`Parent.inherited`, and the run's definitions from
+:meth:`RunSide.definitions`) to a process that calls :func:`~orchestrator.core.host.host_child`,
+then adopts the result tree that comes back (:meth:`Parent.adopt`), settles the lease
+(:meth:`Parent.settle`) and ends the child (:meth:`Parent.end`). Its session, if it has one, gets
+the run's side (:class:`RunSide`): events published, approvals asked, the run's tracer.
+
+This module imports no runtime module: runners import it without the loop.
 """
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 import math
-import time
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-import trio
-from opentelemetry import trace
-
-from ..tracing import spans
 from .limits import Limits
 from .messages import Usage
 from .records import record
-from .result import RunStatus
-from .spawn import build_child, plan_child, summarize
+from .result import RunResult, RunStatus
 
 if TYPE_CHECKING:
-    from .events import EventSink
-    from .state import AgentNode, RunState
+    from opentelemetry.trace import Tracer
+
+    from ..models.base import Model
+    from .agent import Agent
+    from .compaction import ContextPolicy
+    from .events import Event
+    from .policy import Approver, PendingCall, Policy
     from .tools import Tool
 
 __all__ = [
@@ -39,8 +47,11 @@ __all__ = [
     "ChildOutcome",
     "ChildRunner",
     "ChildSpec",
-    "InProcessRunner",
-    "ParentSide",
+    "Inherited",
+    "Parent",
+    "RunDefinitions",
+    "RunSide",
+    "as_json",
 ]
 
 
@@ -98,6 +109,139 @@ class ChildOutcome:
     summary: str
 
 
+@dataclass(frozen=True, slots=True)
+class RunDefinitions:
+    """What every child of one run shares, to run it elsewhere: the tree's definitions and the
+    run's options (live objects: a runner sends them as it can, by pickle for Dask)."""
+
+    run_id: str
+    root: Agent
+    limits: Limits
+    """The run's own limits (``run(limits=...)``; unset fields inherit)."""
+    policy: Policy | None
+    model: Model | None
+    """The run's default model (``run(model=...)``), resolved."""
+    deps: Any
+    context: ContextPolicy | None
+    capture: bool
+    """Whether spans capture content (messages, tool arguments and results)."""
+    tool_threads: int
+
+
+@dataclass(frozen=True, slots=True)
+class Inherited:
+    """What one child takes from its parent beyond its spec: the model it falls back to, the
+    policy it runs under (its own combined with its ancestors'), its tools (spawn excluded: the
+    host gives it its own), and how many more agents its subtree may start (``None``: no
+    ``max_agents`` above it)."""
+
+    model: Model
+    policy: Policy
+    tools: tuple[Tool, ...]
+    agents_room: int | None
+
+
+@runtime_checkable
+class RunSide(Hashable, Protocol):
+    """The run's side, for a runner's session and for what its children send back: equal (and
+    hashing alike) for every spawn of one run, so a runner can key its per-run state on it."""
+
+    @property
+    def run_id(self) -> str:
+        """The run's id."""
+        ...
+
+    @property
+    def tracer(self) -> Tracer | None:
+        """The run's tracer (``None``: not traced): spans recorded elsewhere end through it."""
+        ...
+
+    @property
+    def events_enabled(self) -> bool:
+        """Whether anybody reads the run's events (else a runner need not send them back)."""
+        ...
+
+    def definitions(self) -> RunDefinitions:
+        """The tree and the run's options, for the children a runner runs elsewhere."""
+        ...
+
+    def emit(self, event: Event) -> None:
+        """Publish an event of a remote agent on the run's stream (never blocks)."""
+        ...
+
+    async def ask(self, approver: Approver, call: PendingCall) -> object:
+        """Ask one of the run's approvers about a remote agent's call, one question at a time
+        as for local ones (its verdict: ``True`` runs the call)."""
+        ...
+
+
+@runtime_checkable
+class Parent(Protocol):
+    """The parent's side of one child, as a runner sees it: what it may do there.
+
+    :meth:`start` first (the child is counted among the parent's children and its start
+    published), :meth:`end` last (whatever happened: its end published and journaled, and its
+    outcome for the parent). The in-process runner needs nothing else of it; a runner that runs
+    the child elsewhere uses the rest.
+    """
+
+    @property
+    def run(self) -> RunSide:
+        """The run this child belongs to."""
+        ...
+
+    def start(self, spec: ChildSpec) -> None:
+        """Count the child among the parent's children and publish its start (once)."""
+        ...
+
+    async def replayed(self) -> bool:
+        """Whether the run's journal already holds this child's subtree (a resumed run): it is
+        adopted (or, for one that was in flight when the run stopped, ended as an ``error``
+        that is never run twice) and the runner must not run it."""
+        ...
+
+    async def lease(self) -> BudgetLease | None:
+        """Reserve the child's budget on the parent's ledger: the room left, shared evenly
+        among the spawns of its turn not yet leased; ``None`` when there is no room (the child
+        is ended ``budget_exceeded``)."""
+        ...
+
+    def inherited(self) -> Inherited:
+        """What the child takes from its parent beyond its spec."""
+        ...
+
+    async def sent(self) -> None:
+        """Record in the journal that the child was handed to its runner (a resume then knows
+        it may have run: it is never run twice)."""
+        ...
+
+    def settle(self, spent: Usage | None) -> None:
+        """Settle the lease: ``spent`` is counted and the rest of the lease given back
+        (``None``: what the child spent is not known, the whole lease stays spent)."""
+        ...
+
+    def adopt(self, result: RunResult) -> None:
+        """The child's result tree, run elsewhere, becomes the child's (its status, answer,
+        transcript, usage and subtree; its agents count against ``max_agents``)."""
+        ...
+
+    def fail(self, status: RunStatus, reason: str) -> None:
+        """End the child with ``status`` and a one-line reason (a lost worker, a task that
+        could not be sent)."""
+        ...
+
+    def cut_status(self) -> tuple[RunStatus, str]:
+        """Why the child is being cut when its runner is cancelled: the run's deadline, its
+        cancel(), a fatal error elsewhere, or a scope around the run."""
+        ...
+
+    async def end(self, error: BaseException | None = None) -> ChildOutcome:
+        """The child's end: one not ended yet is cut (``error`` a cancellation: with
+        :meth:`cut_status`) or ended as an internal error; its end is published and its
+        subtree journaled; the outcome its parent reads."""
+        ...
+
+
 @runtime_checkable
 class ChildRunner(Protocol):
     """Runs one child to its end: ``await runner.run(spec, parent)``.
@@ -105,152 +249,23 @@ class ChildRunner(Protocol):
     Cancellation of the awaiting task must reach the child (and end it ``cancelled``); the
     outcome must be returned whatever the child's status, and only an orchestrator bug may
     raise. A runner may also have ``session(run)``, an async context manager that
-    :func:`~orchestrator.open_run` enters before the root's first model call and leaves when
-    the run ends (to open and close a connection; a ``ConfigurationError`` it raises refuses
-    the run before anything is spent).
+    :func:`~orchestrator.open_run` enters with the run's :class:`RunSide` before the root's
+    first model call and leaves when the run ends (to open and close a connection; a
+    ``ConfigurationError`` it raises refuses the run before anything is spent).
     """
 
-    async def run(self, spec: ChildSpec, parent: ParentSide) -> ChildOutcome:
+    async def run(self, spec: ChildSpec, parent: Parent) -> ChildOutcome:
         """Run the child ``spec`` describes under ``parent`` and say how it ended."""
         ...
 
 
-class ParentSide:
-    """The parent's side of its children, for one spawn call: what a runner may use.
-
-    ``plan`` makes the :class:`ChildSpec` (raising ``ToolError`` for a spawn refused before
-    anything starts); ``start`` builds the child's in-process state under the parent (a runner
-    that runs it elsewhere does not need it); ``outcome`` reads how an in-process child ended.
-    ``ledger``, ``events`` and ``cancelled`` are the parent's budget, event sink and
-    cancellation, for runners that run the child elsewhere.
-    """
-
-    __slots__ = ("_admitted", "node", "position", "run", "span", "turn")
-
-    def __init__(
-        self, run: RunState, node: AgentNode, turn: int, position: int, span: trace.Span
-    ) -> None:
-        self.run = run
-        self.node = node
-        self.turn = turn
-        self.position = position
-        self.span = span
-        self._admitted: tuple[ChildSpec, dict[str, Tool], Limits] | None = None
-        """The last spec :meth:`plan` made, with the tools and limits it found for it."""
-
-    def plan(self, agent: str, task: str, tools: list[str] | None) -> ChildSpec:
-        """The child a spawn call asks for; raises ``ToolError`` if it may not start."""
-        run, node = self.run, self.node
-        definition = run.tree.by_name[agent]
-        path, held, limits = plan_child(
-            run, node, definition, task, tools, (self.turn, self.position)
-        )
-        left = node.deadline - trio.current_time()
-        context: tuple[tuple[str, str], ...] = ()
-        if run.tracer is not None and self.span.is_recording():
-            # here, not on top: opentelemetry.propagate reads its entry points when imported
-            from opentelemetry import propagate
-
-            carrier: dict[str, str] = {}
-            propagate.inject(carrier, trace.set_span_in_context(self.span))
-            context = tuple(carrier.items())
-        tokens, cost = node.ledger.room()
-        spec = ChildSpec(
-            run.tree.root.name,
-            agent,
-            path,
-            node.depth + 1,
-            task,
-            tuple(held),
-            limits,
-            time.time() + left if left < math.inf else math.inf,
-            BudgetLease(tokens, cost),
-            context,
-            self.turn,
-            self.position,
-        )
-        self._admitted = (spec, held, limits)
-        return spec
-
-    def start(self, spec: ChildSpec) -> AgentNode:
-        """The child's state under the parent (its ledger, slots and quota chained to the
-        parent's), counted among the parent's children."""
-        admitted = self._admitted
-        return build_child(
-            self.run,
-            self.node,
-            spec.agent,
-            spec.path,
-            spec.task,
-            spec.tools,
-            (spec.turn, spec.position),
-            (admitted[1], admitted[2]) if admitted is not None and admitted[0] is spec else None,
-        )
-
-    @property
-    def events(self) -> EventSink:
-        """The run's event sink (a runner elsewhere forwards its child's events here)."""
-        return self.run.events
-
-    def settle(self, usage: Usage) -> None:
-        """Count what a child run elsewhere spent against the parent's budgets (an in-process
-        child bills the shared ledger as it goes, and never needs this)."""
-        self.node.ledger.spend(usage)
-
-    def outcome(self, child: AgentNode) -> ChildOutcome:
-        """How an in-process child ended."""
-        status = child.status or RunStatus.ERROR
-        return ChildOutcome(
-            path=child.path,
-            status=status,
-            output=child.output if child.output_json is None else child.output_json,
-            error=child.error,
-            usage=child.subtree_usage(),
-            turns=child.turns,
-            summary="" if status is RunStatus.COMPLETED else summarize(child),
-        )
-
-    @property
-    def runner(self) -> ChildRunner:
-        """The run's runner (in this process unless the run was given another)."""
-        return self.run.runner or IN_PROCESS
-
-    def roll_up(self, spec: ChildSpec, outcome: ChildOutcome | None) -> None:
-        """The child's outcome on the spawn span (``None``: it was cut; what the in-process
-        child got to)."""
-        s = self.span
-        if s.is_recording():  # the spawn span carries its subtree's roll-up
-            if outcome is None:
-                outcome = self._cut_outcome(spec)
-            s.set_attributes(spans.usage_attributes("orchestrator.usage", outcome.usage))
-            s.set_attribute("orchestrator.spawn.agent_path", outcome.path)
-            s.set_attribute("orchestrator.spawn.outcome", outcome.status.value)
-
-    def _cut_outcome(self, spec: ChildSpec) -> ChildOutcome:
-        for key, child in reversed(self.node.children):
-            if key == (spec.turn, spec.position):
-                return self.outcome(child)
-        return ChildOutcome(spec.path, RunStatus.CANCELLED, "", "cut", Usage(), 0, "")
-
-
-class InProcessRunner:
-    """Runs each child's loop in the parent's task (the default runner): the child is a
-    node of the same run, sharing its clients, tracer, budgets and cancel scope."""
-
-    async def run(self, spec: ChildSpec, parent: ParentSide) -> ChildOutcome:
-        child = parent.start(spec)
-        await _run_agent()(child, parent.run)
-        return parent.outcome(child)
-
-
-@functools.cache
-def _run_agent() -> Callable[[AgentNode, RunState], Awaitable[None]]:
-    """The loop's entry point, imported on first use: the loop sits above the tool execution
-    that imports this module."""
-    from .loop import run_agent
-
-    return run_agent
-
-
-IN_PROCESS = InProcessRunner()
-"""The default runner (stateless: one for every run)."""
+def as_json(result: RunResult) -> RunResult:
+    """``result`` with every typed answer as its JSON only (``output`` ``None``): what a runner
+    sends back across a wire and what a journal records. The parent validates each again with
+    its own definition when it adopts the tree (:meth:`Parent.adopt`), so no instance of a
+    class defined in a tree file is ever unpickled by the parent."""
+    return dataclasses.replace(
+        result,
+        output=None if result.output_json is not None else result.output,
+        children=[as_json(c) for c in result.children],
+    )

@@ -1,7 +1,7 @@
 """``spawn_subagent``: the tool, the checks that admit a child, and building a child's state.
 
 A spawn is an ordinary tool call. Its handler hands the child to the run's runner through the
-parent's side of it (:class:`.runner.ParentSide`: :func:`plan_child` here admits it, the
+parent's side of it (:class:`.inprocess.SpawnSide`: :func:`plan_child` here admits it, the
 runner runs it, :func:`build_child` makes its state when it runs in this process). The handler
 runs inside the nursery of the parent's EXECUTE step, so the children a turn asks for run
 concurrently, no child outlives its parent, and cancelling the parent cancels its subtree. A
@@ -17,7 +17,7 @@ import functools
 import math
 from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 import pydantic
 import trio
@@ -41,6 +41,9 @@ from .policy import Policy
 from .result import RunStatus
 from .state import AgentNode, Limiters, Quota, RunState, make_runtime
 from .tools import Tool, ToolContext
+
+if TYPE_CHECKING:
+    from .inprocess import SpawnSide
 
 __all__ = ["add_spawn_tool", "build_child", "make_root", "plan_child"]
 
@@ -107,7 +110,16 @@ class SpawnBook:
     be unique (a script, or another provider, may use the same id again in a later turn).
     """
 
-    __slots__ = ("declined", "granted", "ordinal", "per_agent", "slot", "started_in_turn", "turn")
+    __slots__ = (
+        "declined",
+        "granted",
+        "leased",
+        "ordinal",
+        "per_agent",
+        "slot",
+        "started_in_turn",
+        "turn",
+    )
 
     def __init__(self) -> None:
         self.turn: int | None = None
@@ -122,6 +134,9 @@ class SpawnBook:
         """Call positions of the turn holding one of the run's agents (``max_agents``)."""
         self.declined: set[tuple[int, int]] = set()
         """(turn, call position) of this step's calls the policy refused."""
+        self.leased: dict[int, set[int]] = {}
+        """Turn -> call positions whose children (run elsewhere) took a budget lease: the room
+        left is shared among the turn's others."""
 
     def grant_agents(self, quota: Quota, free_slots: int) -> None:
         """Take the run's agent allowances (``max_agents``) for this turn's spawns at once, in
@@ -376,7 +391,7 @@ def _spawn_tool_for(names: tuple[str, ...], listing: str) -> Tool:
     async def spawn_subagent(
         ctx: ToolContext, agent: str, task: str, tools: list[str] | None = None
     ) -> str:
-        side = ctx.parent
+        side = cast("SpawnSide | None", ctx._parent)
         if side is None:
             raise ToolError("spawn_subagent can only be called by the runtime, inside a run")
         # planned and run here, not in a helper: the child's loop runs under this frame

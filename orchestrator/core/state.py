@@ -113,7 +113,7 @@ class RunState:
     resumed_from: SpanContext | None = None
     """The root span of the run this one resumes (the new root links to it)."""
     runner: ChildRunner | None = None
-    """Runs the children (``None``: in this process, :data:`.runner.IN_PROCESS`)."""
+    """Runs the children (``None``: in this process, :data:`.inprocess.IN_PROCESS`)."""
     toolsets: ToolsetHost | None = None
     """The run's :class:`~.toolset.ToolsetHost` when its tree holds toolsets (MCP servers)."""
     toolset_failure: str | None = None

@@ -50,7 +50,7 @@ from .records import record
 from .redact import redact
 
 if TYPE_CHECKING:
-    from .runner import ParentSide
+    from .runner import Parent
 
 __all__ = ["SchemaTool", "Tool", "ToolContext", "tool"]
 
@@ -82,8 +82,9 @@ class ToolContext:
     span: trace.Span = field(default=trace.INVALID_SPAN, repr=False, compare=False)
     """The call's ``execute_tool`` span (a non-recording one when the run is not traced): a
     tool calling a service passes its context on (an MCP request's ``_meta``)."""
-    parent: ParentSide | None = field(default=None, repr=False, compare=False)
-    """For the runtime's spawn tool only: the calling agent's side of the children it starts."""
+    _parent: Parent | None = field(default=None, repr=False, compare=False)
+    """For the runtime's spawn tool only: the calling agent's side of the children it starts
+    (not part of what a tool may use)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -368,7 +368,7 @@ class DirectTracer(trace.Tracer):
     @property
     def span_processor(self) -> Dispatch:
         """Where finished SDK spans are handed, as to an SDK tracer's (the spans of children
-        that ran elsewhere, ended again here: :func:`orchestrator._dask_spans.emit`)."""
+        that ran elsewhere, ended again here: :func:`orchestrator.dask._spans.emit`)."""
         return self.dispatch
 
     def start_span(

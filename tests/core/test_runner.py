@@ -11,14 +11,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from orchestrator import Agent, ConfigurationError, Limits, RunStatus, run, tool
+from orchestrator.core.inprocess import InProcessRunner
 from orchestrator.core.messages import Usage
-from orchestrator.core.runner import (
-    ChildOutcome,
-    ChildRunner,
-    ChildSpec,
-    InProcessRunner,
-    ParentSide,
-)
+from orchestrator.core.runner import ChildOutcome, ChildRunner, ChildSpec, Parent
 from orchestrator.models import FunctionModel, ScriptedModel, text, tool_call
 
 
@@ -47,7 +42,7 @@ class RecordingRunner:
         self.specs: list[ChildSpec] = []
         self.inner = InProcessRunner()
 
-    async def run(self, spec: ChildSpec, parent: ParentSide) -> ChildOutcome:
+    async def run(self, spec: ChildSpec, parent: Parent) -> ChildOutcome:
         self.specs.append(spec)
         return await self.inner.run(spec, parent)
 
@@ -89,7 +84,7 @@ async def test_the_parent_sees_only_the_outcome_a_runner_returns():
     class Elsewhere:
         """A runner that runs nothing here: the answer comes from 'another machine'."""
 
-        async def run(self, spec: ChildSpec, parent: ParentSide) -> ChildOutcome:
+        async def run(self, spec: ChildSpec, parent: Parent) -> ChildOutcome:
             return ChildOutcome(
                 spec.path,
                 RunStatus.COMPLETED,
@@ -115,7 +110,7 @@ async def test_the_parent_sees_only_the_outcome_a_runner_returns():
 
 async def test_a_child_that_failed_elsewhere_is_an_error_result_with_its_summary():
     class Failing:
-        async def run(self, spec: ChildSpec, parent: ParentSide) -> ChildOutcome:
+        async def run(self, spec: ChildSpec, parent: Parent) -> ChildOutcome:
             return ChildOutcome(
                 spec.path, RunStatus.TIMEOUT, "", "deadline reached", Usage(), 3, "It took 3 turns."
             )

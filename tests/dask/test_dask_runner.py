@@ -274,7 +274,7 @@ def test_workers_running_another_orchestrator_version_are_refused(tmp_path: Path
 
     # a worker process whose orchestrator says it is another version (set before any task)
     skew = tmp_path / "skew.py"
-    skew.write_text("import orchestrator._dask_worker as w\nw.__version__ = '0.0.1-other'\n")
+    skew.write_text("import orchestrator.dask._worker as w\nw.__version__ = '0.0.1-other'\n")
     cluster = distributed.LocalCluster(
         n_workers=1,
         threads_per_worker=1,

@@ -145,9 +145,9 @@ def approve(call: object) -> bool:
 def runs_cached() -> int:
     """On a worker: how many runs' parts its process holds (each remote child's task loads its
     run's once)."""
-    from orchestrator import _dask_worker
+    from orchestrator.dask import _worker
 
-    return len(_dask_worker._RUNS)
+    return len(_worker._RUNS)
 
 
 VALIDATED_IN_MAIN: list[str] = []

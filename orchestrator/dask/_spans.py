@@ -37,7 +37,7 @@ class SpanCollector:
 
     def encode(self) -> str:
         """Every span ended so far, as one line of OTLP/JSON."""
-        from .tracing.otlp_json import encode_spans_json
+        from ..tracing.otlp_json import encode_spans_json
 
         spans = self._exporter.get_finished_spans()
         self.provider.shutdown()

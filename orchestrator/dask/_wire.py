@@ -22,8 +22,7 @@ from typing import Any, ClassVar
 
 import cloudpickle  # type: ignore[import-untyped, unused-ignore]
 
-from .core.agent import Agent
-from .core.errors import ConfigurationError
+from .. import Agent, ConfigurationError
 
 __all__ = ["by_value", "check_picklable", "dumps", "loads"]
 

@@ -2,7 +2,7 @@
 
 ``run(agent, prompt, runner=DaskRunner("tcp://scheduler:8786"))`` runs every child at
 ``depth`` (1: the root's children) as a task on a Dask distributed cluster, with its whole
-subtree, in a trio run of its own on the worker (:mod:`._dask_worker`). The parent stays here
+subtree, in a trio run of its own on the worker (:mod:`._worker`, through :func:`~orchestrator.core.host.host_child`). The parent stays here
 and keeps the tree's books:
 
 - **budget**: a remote child runs on a lease, reserved on its parent's ledger when it starts
@@ -13,13 +13,13 @@ and keeps the tree's books:
   ``cancelled`` within a second, and its cut result tree comes back;
 - **trace**: the worker records the child's spans in memory, under the spawn span's W3C
   context, and they come back with the result to be ended here through the run's tracer
-  provider (:mod:`._dask_spans`): one trace, whether or not the workers have an exporter;
+  provider (:mod:`._spans`): one trace, whether or not the workers have an exporter;
 - **faults**: a child whose worker died comes back as an ``error`` result ("worker lost"),
   never run twice (the task sets a Dask event before it runs; a re-run finds it set);
 - **journal**: a journaled run records each remote child's whole result tree as it ends, so a
   resume replays it; a remote child in flight when the run stopped is not run again on resume
   (an ``error`` result saying its outcome is unknown);
-- **the wire** (:mod:`._dask_wire`): definitions, models, tools and ``deps`` travel by
+- **the wire** (:mod:`._wire`): definitions, models, tools and ``deps`` travel by
   cloudpickle (a tree file the CLI loaded by value); one that cannot is refused before the
   first model call, named; workers running another orchestrator version are refused.
 
@@ -29,13 +29,9 @@ run and closes it at the end. See docs/distributed.md.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import importlib
-import json
 import logging
-import math
-import pickle
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator
@@ -47,44 +43,39 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from . import __version__
-from ._dask_spans import emit
-from ._dask_wire import by_value, check_picklable, dumps
-from ._dask_worker import (
+from .. import (
+    Agent,
+    ConfigurationError,
+    InProcessRunner,
+    Policy,
+    RunResult,
+    RunStatus,
+    Usage,
+    __version__,
+)
+from ..core.runner import ChildOutcome, ChildSpec, Parent, RunDefinitions, RunSide
+from ._spans import emit
+from ._wire import by_value, check_picklable, dumps
+from ._worker import (
     LOST,
     AskParent,
     ChildPart,
     RemoteResult,
     RunPart,
-    as_json,
     run_child,
     worker_version,
 )
-from .core.cancellation import is_cancellation
-from .core.errors import ConfigurationError
-from .core.events import AgentFinished, AgentStarted
-from .core.ledger import BudgetExceeded, Calibration, Reservation
-from .core.messages import ToolResultBlock, Usage
-from .core.policy import Policy, ask_approver
-from .core.result import RunResult, RunStatus
-from .core.runner import IN_PROCESS, BudgetLease, ChildOutcome, ChildSpec, ParentSide
-from .core.spawn import SPAWN_TOOL
-from .core.tools import describe_exception
 
 if TYPE_CHECKING:
     from distributed import Client
     from distributed.security import Security
 
-    from .core.agent import AgentTree
-    from .core.state import AgentNode, Quota, RunState
-    from .core.tools import Tool
-
 __all__ = ["DaskRunner", "parse_address"]
 
 _logger = logging.getLogger(__name__)
 
-JOURNAL_KEY = "dask:subtree"
-"""The journal's call id for a remote child's result tree (under the child's path, turn 0)."""
+_HERE = InProcessRunner()
+"""Runs the children above the runner's depth (in their parent's process)."""
 WORKER_LOST = "worker lost"
 _STOP_PREFIX = "orchestrator-stop-"
 _USER_MODULES = "_orchestrator_user_"
@@ -169,7 +160,7 @@ class DaskRunner:
         self.secede = secede
         self.cancel_grace = cancel_grace
         self.worker_threads = worker_threads
-        self._sessions: dict[int, _Session] = {}
+        self._sessions: dict[RunSide, _Session] = {}
 
     def __repr__(self) -> str:
         target = self.target if isinstance(self.target, str) else type(self.target).__name__
@@ -178,11 +169,11 @@ class DaskRunner:
     # -- the run's session ---------------------------------------------------------------
 
     @asynccontextmanager
-    async def session(self, run: RunState) -> AsyncIterator[None]:
+    async def session(self, run: RunSide) -> AsyncIterator[None]:
         """Check that the run can cross the wire, connect, check the workers' version."""
-        queue = f"orchestrator-events-{uuid.uuid4().hex}" if run.events.enabled else None
+        queue = f"orchestrator-events-{uuid.uuid4().hex}" if run.events_enabled else None
         asking = _Approvals(f"orchestrator-approvals-{uuid.uuid4().hex}")
-        blob, index = self._run_part(run, queue, asking)
+        blob, index = self._run_part(run.definitions(), queue, asking)
         client, cluster = await trio.to_thread.run_sync(self._connect)
         session = _Session(client, blob, index, asking=asking)
         try:
@@ -195,7 +186,7 @@ class DaskRunner:
                         f"the Dask worker at {where} runs orchestrator {version}, this process "
                         f"{__version__}: install the same version on every worker"
                     )
-            self._sessions[id(run)] = session
+            self._sessions[run] = session
             reading = trio.CancelScope()
             readers: list[tuple[str, trio.Event]] = []
             # system tasks: the session is left inside open_run's closing scope, where a
@@ -223,45 +214,37 @@ class DaskRunner:
                         await done.wait()
                 reading.cancel()
         finally:
-            self._sessions.pop(id(run), None)
+            self._sessions.pop(run, None)
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(self._close, session, cluster)
 
     def _run_part(
-        self, run: RunState, events_queue: str | None, asking: _Approvals
+        self, run: RunDefinitions, events_queue: str | None, asking: _Approvals
     ) -> tuple[bytes, dict[int, tuple[str, int]]]:
         by_value([*self.by_value, *(m for m in sys.modules if m.startswith(_USER_MODULES))])
         named: list[tuple[str, Any]] = []
         index: dict[int, tuple[str, int]] = {}
-        for agent in run.tree.by_name.values():
+        agents = _definitions(run.root)
+        for agent in agents:
             if agent.model is not None and not isinstance(agent.model, str):
                 named.append((f"the model of agent {agent.name!r}", agent.model))
             for i, t in enumerate(agent.tools or ()):
                 named.append((f"tool {t.name!r} of agent {agent.name!r}", t))
                 index.setdefault(id(t), (agent.name, i))
-        if run.default_model is not None:
-            named.append(("the run's model", run.default_model))
+        if run.model is not None:
+            named.append(("the run's model", run.model))
         if run.deps is not None:
             named.append(("the run's deps", run.deps))
         check_picklable(named)
-        root = run.tree.root
-        if any(a.policy is not None and a.policy.approver for a in run.tree.by_name.values()):
+        root = run.root
+        if any(a.policy is not None and a.policy.approver for a in agents):
             root = root.map_tree(
                 lambda a: a if a.policy is None else a.replace(policy=asking.proxy(a.policy))
             )
-        part = RunPart(
-            __version__,
-            run.run_id,
-            root,
-            run.run_limits,
-            None if run.run_policy is None else asking.proxy(run.run_policy),
-            run.default_model,
-            run.deps,
-            run.context,
-            run.capture,
-            int(run.thread_limiter.total_tokens),
-            events_queue,
+        definitions = dataclasses.replace(
+            run, root=root, policy=None if run.policy is None else asking.proxy(run.policy)
         )
+        part = RunPart(__version__, definitions, events_queue)
         check_picklable([("the tree", part)])
         return dumps(part), index
 
@@ -318,67 +301,29 @@ class DaskRunner:
 
     # -- one child -----------------------------------------------------------------------
 
-    async def run(self, spec: ChildSpec, parent: ParentSide) -> ChildOutcome:
+    async def run(self, spec: ChildSpec, parent: Parent) -> ChildOutcome:
         """Run the child ``spec`` describes on the cluster (children above ``depth`` run here)."""
         if spec.depth < self.depth:
-            return await IN_PROCESS.run(spec, parent)
-        session = self._sessions.get(id(parent.run))
+            return await _HERE.run(spec, parent)
+        session = self._sessions.get(parent.run)
         if session is None:  # only open_run enters the session
             raise RuntimeError("a DaskRunner runs children only in a run it was given to")
-        run = parent.run
-        child = parent.start(spec)
-        child.started_at = trio.current_time()
-        if run.events.enabled:
-            run.events.emit(
-                AgentStarted(spec.path, spec.agent, spec.depth, parent.node.path, spec.task)
-            )
+        parent.start(spec)
         try:
-            await self._run_remote(session, spec, parent, child)
+            await self._run_remote(session, spec, parent)
         except BaseException as exc:
-            if child.status is None and is_cancellation(exc):  # cut before it was sent
-                child.finish(*run.cut_status(child))
+            await parent.end(exc)
             raise
-        finally:
-            if child.status is None:  # an orchestrator bug propagating: a valid node still
-                child.finish(RunStatus.ERROR, "internal error")
-            if run.events.enabled:
-                run.events.emit(
-                    AgentFinished(
-                        child.path,
-                        child.agent.name,
-                        child.status or RunStatus.ERROR,
-                        child.error,
-                        child.subtree_usage(),
-                        child.turns,
-                    )
-                )
-        return parent.outcome(child)
+        return await parent.end()
 
-    async def _run_remote(
-        self, session: _Session, spec: ChildSpec, parent: ParentSide, child: AgentNode
-    ) -> None:
-        run = parent.run
-        journal = run.journal
-        if journal is not None:
-            recorded = await run.journaled(journal.lookup_call(spec.path, 0, JOURNAL_KEY))
-            if recorded is not None:
-                if recorded.result is None:  # in flight when the run stopped: not run twice
-                    child.finish(
-                        RunStatus.ERROR,
-                        "the run stopped while this child ran on a Dask worker: it is not "
-                        "run again, and its outcome is unknown",
-                    )
-                else:
-                    result = pickle.loads(base64.b64decode(recorded.result.content))
-                    child.ledger.spend(result.usage)  # the budgets go on from what it spent
-                    _adopt(child, result, run.tree)
-                return
-        try:
-            reservation, lease = await self._lease(session, parent, child, spec)
-        except BudgetExceeded as exc:
-            child.finish(RunStatus.BUDGET_EXCEEDED, str(exc))
+    async def _run_remote(self, session: _Session, spec: ChildSpec, parent: Parent) -> None:
+        if await parent.replayed():
+            return
+        lease = await parent.lease()
+        if lease is None:  # no room: the child ended budget_exceeded
             return
         spec = dataclasses.replace(spec, lease=lease)
+        inherited = parent.inherited()
         names = (
             f"{_STOP_PREFIX}{uuid.uuid4().hex}",
             f"orchestrator-started-{uuid.uuid4().hex}",
@@ -387,42 +332,24 @@ class DaskRunner:
             blob = dumps(
                 ChildPart(
                     spec,
-                    child.model,
-                    session.asking.proxy(child.policy) if session.asking else child.policy,
-                    self._tool_refs(session, child.tools),
-                    _agents_room(child),
+                    inherited.model,
+                    session.asking.proxy(inherited.policy) if session.asking else inherited.policy,
+                    tuple(session.tool_index.get(id(t), t) for t in inherited.tools),
+                    inherited.agents_room,
                     *names,
                     self.secede,
                 )
             )
         except Exception as exc:
-            _release(child, reservation, Usage())
+            parent.settle(Usage())
             reason = " ".join(str(exc).split()) or type(exc).__name__
-            child.finish(RunStatus.ERROR, f"cannot be sent to a Dask worker: {reason}")
+            parent.fail(RunStatus.ERROR, f"cannot be sent to a Dask worker: {reason}")
             return
-        if journal is not None:
-            await run.journaled(journal.tool_started(spec.path, 0, JOURNAL_KEY, False))
-        try:
-            await self._submit(session, names, blob, parent, child, reservation)
-        finally:  # its tree on record (a cut one too, shielded): a resume replays it
-            if journal is not None and child.remote_result is not None:
-                recorded_tree = pickle.dumps(as_json(child.remote_result))  # values as JSON
-                content = base64.b64encode(recorded_tree).decode("ascii")
-                with trio.CancelScope(shield=True):
-                    await run.journaled(
-                        journal.record_result(
-                            spec.path, 0, JOURNAL_KEY, ToolResultBlock(JOURNAL_KEY, content)
-                        )
-                    )
+        await parent.sent()
+        await self._submit(session, names, blob, parent)
 
     async def _submit(
-        self,
-        session: _Session,
-        part_names: tuple[str, str],
-        blob: bytes,
-        parent: ParentSide,
-        child: AgentNode,
-        reservation: Reservation | None,
+        self, session: _Session, part_names: tuple[str, str], blob: bytes, parent: Parent
     ) -> RemoteResult | None:
         """Submit the task and wait for it; cancelled, stop the child and take its cut tree."""
         client = session.client
@@ -444,43 +371,30 @@ class DaskRunner:
         future.add_done_callback(on_done)
         try:
             await done.wait()
-        except BaseException as exc:
-            if not is_cancellation(exc):
-                raise
+        except trio.Cancelled:
             with trio.CancelScope(shield=True) as scope:
                 scope.deadline = trio.current_time() + self.cancel_grace
                 await trio.to_thread.run_sync(_set_event, client, part_names[0])
                 await done.wait()
-            remote = None
             if done.is_set():
                 with trio.CancelScope(shield=True):
-                    remote = await self._collect(
-                        session, future, part_names, parent, child, reservation
-                    )
-                if remote is not None and child.remote_result is not None:
-                    status, reason = parent.run.cut_status(child)
-                    _recut(child.remote_result, status, reason)
-                    _adopt(child, child.remote_result, parent.run.tree)
+                    remote = await self._collect(session, future, part_names, parent)
+                if remote is not None and remote.result is not None:
+                    status, reason = parent.cut_status()
+                    _recut(remote.result, status, reason)
+                    parent.adopt(remote.result)
             else:
                 with suppress(Exception):
                     future.cancel()
-                _release(child, reservation, None)
-            if child.status is None:
-                child.finish(*parent.run.cut_status(child))
+                parent.settle(None)
             raise
-        return await self._collect(session, future, part_names, parent, child, reservation)
+        return await self._collect(session, future, part_names, parent)
 
     async def _collect(
-        self,
-        session: _Session,
-        future: Any,
-        names: tuple[str, str],
-        parent: ParentSide,
-        child: AgentNode,
-        reservation: Reservation | None,
+        self, session: _Session, future: Any, names: tuple[str, str], parent: Parent
     ) -> RemoteResult | None:
-        """The finished task's result adopted by the child's node, its usage settled, its spans
-        ended here; a lost worker or a failed task as an ``error`` result."""
+        """The finished task's result adopted by the child, its usage settled, its spans ended
+        here; a lost worker or a failed task as an ``error`` result."""
         session.finished_events.extend(names)
         remote: RemoteResult | None = None
         problem = None
@@ -501,46 +415,13 @@ class DaskRunner:
         if problem is not None or remote is None or remote.result is None:
             # what a lost child spent is unknown (its books went with its worker): the lease
             # goes back, or one lost child would take the whole budget with it
-            _release(child, reservation, Usage())
-            child.finish(RunStatus.ERROR, problem or "its Dask task returned nothing")
+            parent.settle(Usage())
+            parent.fail(RunStatus.ERROR, problem or "its Dask task returned nothing")
             return None
-        _release(child, reservation, remote.result.usage)
+        parent.settle(remote.result.usage)
         emit(remote.spans, parent.run.tracer)
-        _adopt(child, remote.result, parent.run.tree)
+        parent.adopt(remote.result)
         return remote
-
-    async def _lease(
-        self, session: _Session, parent: ParentSide, child: AgentNode, spec: ChildSpec
-    ) -> tuple[Reservation | None, BudgetLease]:
-        """Reserve the child's lease on its ledger: the room left, shared among this turn's
-        spawns that have not taken theirs (siblings run at once and must not overshoot
-        together); what it does not spend goes back when it ends."""
-        tokens, cost = child.ledger.room()
-        if tokens == math.inf and cost == math.inf:
-            return None, BudgetLease()
-        last = parent.node.messages[-1] if parent.node.messages else None
-        spawns = sum(1 for c in last.tool_uses if c.name == SPAWN_TOOL) if last else 1
-        taken = session.leased.setdefault((id(parent.node), spec.turn), set())
-        share = max(1, spawns - len(taken))
-        taken.add(spec.position)
-        lease_tokens = math.floor(tokens / share) if tokens < math.inf else math.inf
-        lease_cost = cost / share if cost < math.inf else math.inf
-        if lease_tokens < 1 or lease_cost <= 0:
-            raise BudgetExceeded(
-                "budget exhausted: no room left to lease to a child on a Dask worker"
-            )
-        price = None if lease_cost == math.inf else (lambda _: lease_cost)
-        r = Reservation(
-            0, int(lease_tokens) if lease_tokens < math.inf else 0, Calibration(), False, price
-        )
-        if not child.ledger.try_reserve(r):
-            await child.ledger.reserve(r)
-        return r, BudgetLease(lease_tokens, lease_cost)
-
-    def _tool_refs(self, session: _Session, tools: dict[str, Tool]) -> tuple[Any, ...]:
-        return tuple(
-            session.tool_index.get(id(t), t) for name, t in tools.items() if name != SPAWN_TOOL
-        )
 
 
 class _Approvals:
@@ -567,7 +448,7 @@ class _Approvals:
 
 
 async def _answer_approvals(
-    client: Any, asking: _Approvals, run: RunState, scope: trio.CancelScope, done: trio.Event
+    client: Any, asking: _Approvals, run: RunSide, scope: trio.CancelScope, done: trio.Event
 ) -> None:
     """Ask the run's approvers about remote agents' calls, one at a time (as for local ones),
     and send each verdict back (never raises: it is a system task)."""
@@ -591,15 +472,13 @@ async def _answer_approvals(
                 return
             index, answer, call = item
             try:
-                verdict = await ask_approver(
-                    asking.approvers[index], call, run.approvals, run.abandoned
-                )
+                verdict = await run.ask(asking.approvers[index], call)
             except Exception as exc:  # fail closed, as an approver failing here would
                 _logger.warning(
                     "the approver raised on a call to %r by %s: it was not run (%s)",
                     call.name,
                     call.agent_path,
-                    describe_exception(exc),
+                    f"{type(exc).__name__}: {' '.join(str(exc).split())}",
                 )
                 verdict = False
             variable = distributed.Variable(answer, client=client)
@@ -615,68 +494,16 @@ def _setting(done: trio.Event) -> Iterator[None]:
         done.set()
 
 
-def _agents_room(child: AgentNode) -> int | None:
-    room: int | None = None
-    quota: Quota | None = child.agent_quota
-    while quota is not None:
-        if quota.limit is not None:
-            left = max(0, quota.limit - quota.used)
-            room = left if room is None else min(room, left)
-        quota = quota.parent
-    return room
-
-
-def _release(child: AgentNode, reservation: Reservation | None, usage: Usage | None) -> None:
-    """Settle the lease: give back what was not spent (``None``: it all stays spent)."""
-    if reservation is not None:
-        child.ledger.settle(reservation, None if usage is None else Usage())
-    if usage is not None:
-        child.ledger.spend(usage)
-
-
-def _adopt(child: AgentNode, result: RunResult, tree: AgentTree) -> None:
-    """The remote result tree becomes the child's (its node stands in for it here), each
-    typed answer in it validated again."""
-    _validate_again(result, tree)
-    child.remote_result = result
-    child.replace_messages(list(result.messages))
-    child.own_usage = result.own_usage
-    child.status = result.status
-    child.error = result.error
-    child.output = result.output
-    child.output_json = result.output_json  # what the parent's model reads
-    child.turns = result.turns
-    child.turn_log = list(result.turn_log)
-    more = result.agents - 1  # its subtree's agents count against the run's max_agents
-    if more > 0:
-        child.agent_quota.give_back(-more)
-
-
-def _validate_again(result: RunResult, tree: AgentTree) -> None:
-    """Each typed answer of a remote tree (JSON on the wire) made a value here by this
-    process's definition of its agent: the worker's check is not taken on trust, and the value
-    is an instance of the class the parent program knows. One that does not validate ends that
-    agent ``invalid_output``, the problems named."""
-    for r in result.walk():
-        if r.output_json is None:
-            continue
-        agent = tree.by_name.get(r.agent_name)
-        spec = agent.output_spec if agent is not None else None
-        if spec is None:  # not typed here (definitions always match): left as the JSON
-            r.output = r.output_json
-            continue
-        raw = json.loads(r.output_json)
-        value, problems = spec.check({"result": raw} if spec.wrapped else raw)
-        if not problems:
-            r.output = value
-            continue
-        shown = r.output_json if len(r.output_json) <= 1_000 else r.output_json[:1_000] + "…"
-        r.status = RunStatus.INVALID_OUTPUT
-        r.error = (
-            "its answer from the Dask worker does not validate here: "
-            f"{'; '.join(problems[:10])}; the answer: {shown}"
-        )
-        r.output, r.output_json = None, None
+def _definitions(root: Agent) -> list[Agent]:
+    """Every agent of the tree, each once, in the order first met."""
+    seen: dict[int, Agent] = {}
+    pending = [root]
+    while pending:
+        agent = pending.pop(0)
+        if id(agent) not in seen:
+            seen[id(agent)] = agent
+            pending.extend(s for s in agent.subagents if isinstance(s, Agent))
+    return list(seen.values())
 
 
 _STOPPED = "the run was cancelled"
@@ -702,7 +529,7 @@ def _end_queue(client: Any, name: str) -> None:
 
 
 async def _read_events(
-    client: Any, name: str, run: RunState, scope: trio.CancelScope, done: trio.Event
+    client: Any, name: str, run: RunSide, scope: trio.CancelScope, done: trio.Event
 ) -> None:
     """Hand the events remote agents send to the run's event sink, until the run ends (never
     raises: it is a system task)."""
@@ -725,7 +552,7 @@ async def _read_events(
             if batch == _END:
                 return
             for event in batch:
-                run.events.emit(event)
+                run.emit(event)
 
 
 def _set_event(client: Any, name: str) -> None:
