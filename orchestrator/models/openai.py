@@ -404,7 +404,9 @@ class OpenAIModel:
             api_key = _NO_KEY
         return api_key, base_url
 
-    async def request(self, request: ModelRequest, ctx: ModelContext) -> ModelResponse:
+    async def request(  # noqa: C901 - one call: send, retry, read the stream, map its errors
+        self, request: ModelRequest, ctx: ModelContext
+    ) -> ModelResponse:
         api_key, base_url = self._credentials()
         client = await ctx.clients.get(
             (self._provider, base_url, fingerprint(api_key)),
