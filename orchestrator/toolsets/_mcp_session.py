@@ -60,6 +60,10 @@ _NOT_SAMPLED = trace.NonRecordingSpan(
 )
 """A parent whose children a parent-based sampler drops (remote: a sampler that records them
 anyway makes them start a trace of their own, as they did before, not orphans)."""
+_STDERR_KEEP = 1 << 20
+"""Bytes of a server's stderr its log keeps (its end; the file holds at most twice this)."""
+_STDERR_SETTLE = 1.0
+"""Seconds a stopped server's last stderr has to reach the log before it is read."""
 _PING_SECONDS = 5.0
 """How long a server that answered -32000 has to answer a ping (else it is taken as busy)."""
 
@@ -79,6 +83,7 @@ class Connection:
         self.stderr_path: Path | None = None
         self.network_transport = "pipe" if isinstance(server.transport, StdioTransport) else "tcp"
         self._warned_changes = False
+        self._stderr_done: trio.Event | None = None
         self._unreadable: dict[trio.CancelScope, str] = {}
         """The calls ended by a message the SDK could not read, and what it was."""
 
@@ -138,7 +143,7 @@ class Connection:
             transport = self.server.transport
             target: Any
             if isinstance(transport, StdioTransport):
-                errlog = stack.enter_context(self._open_stderr_log())
+                errlog = await self._stderr_pipe(stack)
                 params = StdioServerParameters(
                     command=transport.command,
                     args=list(transport.args),
@@ -160,17 +165,43 @@ class Connection:
                 message_handler=self._on_message,
                 cache=None,
             )
-            yield await stack.enter_async_context(client)
+            entered = await stack.enter_async_context(client)
+            if isinstance(transport, StdioTransport):
+                errlog.close()  # the server holds its own copy: its exit ends the pipe
+            yield entered
 
-    def _open_stderr_log(self) -> TextIO:
-        """The server's stderr, to a file beside the run's trace (never the terminal)."""
+    async def _stderr_pipe(self, stack: AsyncExitStack) -> TextIO:
+        """The server's stderr: a pipe whose other end a task copies to a file beside the
+        run's trace (never the terminal), keeping its last :data:`_STDERR_KEEP` bytes (a
+        server may write hundreds of MB). The file is the owner's only: a server may log the
+        keys it was given."""
         folder = self.run.log_dir
         folder.mkdir(parents=True, exist_ok=True)
         self.stderr_path = folder / f"{self.run.run_id}.mcp-{self.name}.stderr.log"
-        # the owner's only: a server may log the keys it was given
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
-        fd = os.open(self.stderr_path, flags, 0o600)
-        return open(fd, "w", encoding="utf-8", errors="replace")
+        flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
+        log = _TailLog(os.open(self.stderr_path, flags, 0o600))
+        stack.callback(log.close)
+        read_end, write_end = os.pipe()
+        self._stderr_done = done = trio.Event()
+        nursery = await stack.enter_async_context(trio.open_nursery())
+        nursery.start_soon(log.copy, trio.lowlevel.FdStream(read_end), done)
+
+        async def settle() -> None:  # the copy ends at the pipe's end: bounded, whatever comes
+            with trio.CancelScope(shield=True) as scope:
+                scope.deadline = trio.current_time() + _STDERR_SETTLE
+                await done.wait()
+            nursery.cancel_scope.cancel()
+
+        stack.push_async_callback(settle)
+        # closed once the server is started (its copy is then the only one), or on the way out
+        return stack.enter_context(os.fdopen(write_end, "w"))  # a pipe: opening never blocks
+
+    async def _stderr_settled(self) -> None:
+        """Wait (briefly) for what a stopped server last wrote to reach its log."""
+        done = self._stderr_done
+        if done is not None:
+            with trio.move_on_after(_STDERR_SETTLE):
+                await done.wait()
 
     def _http_client(self, transport: HttpTransport) -> httpx2.AsyncClient:
         async def remember_session(response: httpx2.Response) -> None:
@@ -308,6 +339,7 @@ class Connection:
                 # themselves: only a connection that refuses a ping too is taken as closed.
                 if exc.code == types.CONNECTION_CLOSED and await self._closed(client):
                     self._stop("its connection closed")
+                    await self._stderr_settled()
                     raise ToolError(self._stopped_message()) from None
                 raise ToolError(
                     f"MCP server {self.name!r} answered the call to {tool_name!r} with an "
@@ -323,6 +355,7 @@ class Connection:
                     f"({unreadable}); the call is ended instead of waiting for its "
                     "timeout (the server is still running)"
                 )
+            await self._stderr_settled()
             raise ToolError(self._stopped_message(during=True))  # the connection ended under it
         text = result_text(result)
         if result.is_error:
@@ -398,6 +431,50 @@ class Connection:
     def _stderr_tail(self) -> str:
         line = last_line(self.stderr_path)
         return f"; its last stderr line: {line}" if line else ""
+
+
+class _TailLog:
+    """A log file that keeps the last :data:`_STDERR_KEEP` bytes written to it: past twice
+    that, the file is cut to its end behind a line saying so (cheap: once per
+    :data:`_STDERR_KEEP` bytes written)."""
+
+    __slots__ = ("fd", "size")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.size = 0
+
+    async def copy(self, stream: trio.lowlevel.FdStream, done: trio.Event) -> None:
+        try:
+            async with stream:
+                while chunk := await stream.receive_some(65536):
+                    self.write(chunk)
+        except (trio.ClosedResourceError, trio.BrokenResourceError, OSError):
+            pass
+        finally:
+            done.set()
+
+    def write(self, chunk: bytes) -> None:
+        try:
+            os.write(self.fd, chunk)
+            self.size += len(chunk)
+            if self.size > 2 * _STDERR_KEEP:
+                tail = os.pread(self.fd, _STDERR_KEEP, self.size - _STDERR_KEEP)
+                cut = tail.find(b"\n") + 1  # start at a line's start when there is one
+                kept = tail[cut:] if 0 < cut < len(tail) else tail
+                note = (
+                    f"[{self.size - len(kept):,} earlier bytes of stderr left out: this log "
+                    f"keeps the last {_STDERR_KEEP:,}]\n"
+                ).encode()
+                os.ftruncate(self.fd, 0)
+                os.lseek(self.fd, 0, os.SEEK_SET)
+                os.write(self.fd, note + kept)
+                self.size = len(note) + len(kept)
+        except OSError:  # a full disk: the server's stderr is not worth failing its calls
+            pass
+
+    def close(self) -> None:
+        os.close(self.fd)
 
 
 class _Caller:

@@ -4,7 +4,8 @@
 
 Over stdio by default, or streamable HTTP on 127.0.0.1:PORT (path ``/mcp``). Variants change
 what it offers or how it misbehaves: ``default``; ``collide`` (two tools whose exposed names
-are the same); ``long`` (a tool whose exposed name is past 64 characters); ``fail-start``
+are the same); ``long`` (a tool whose exposed name is past 64 characters); ``chatty`` (5 MB
+of stderr, then the default tools); ``fail-start``
 (writes a reason to stderr and exits before speaking MCP); ``mute`` (reads stdin, never
 answers); ``slow-start`` (the default tools, once a second ``slow-start`` server is starting
 too: ``started-PID`` marks its start, ``ready-PID`` says ``together``, or ``alone`` when it gave
@@ -201,6 +202,11 @@ def main() -> None:
             time.sleep(0.01)
         together = len(list(markers.glob("started-*"))) >= 2
         (markers / f"ready-{os.getpid()}").write_text("together" if together else "alone")
+        args.variant = "default"
+    if args.variant == "chatty":  # 5 MB of stderr before it serves, then its last words
+        for i in range(50_000):
+            print(f"chatter line {i:06d} " + "x" * 80, file=sys.stderr)
+        print("chatty server ready", file=sys.stderr, flush=True)
         args.variant = "default"
     if args.variant == "mute":
         while sys.stdin.readline():

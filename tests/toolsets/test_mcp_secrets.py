@@ -99,3 +99,23 @@ def test_an_mcp_url_shows_neither_its_password_nor_its_key_anywhere(
     for path in (tmp_path / "runs").glob("*") if (tmp_path / "runs").exists() else ():
         written = path.read_bytes()
         assert password.encode() not in written and key.encode() not in written, path
+
+
+async def test_a_servers_stderr_log_keeps_its_last_mebibyte_and_says_what_it_left_out(
+    tmp_path: Path,
+) -> None:
+    server = MCPServer.stdio(
+        "test", sys.executable, [str(SERVER), "--variant", "chatty", "--marker-dir", str(tmp_path)]
+    )
+    script = Script({"root": [tool_call("test__die", {}), text("done")]})
+    agent = Agent("root", "Go.", tools=[server], model=script.model)
+    result = await run(agent, "Go.", log_dir=tmp_path / "runs", run_id="r1")
+    assert result.status is RunStatus.COMPLETED, result.error
+    log = (tmp_path / "runs" / "r1.mcp-test.stderr.log").read_bytes()
+    assert len(log) <= 2 * 2**20 + 200  # the server wrote over 4.5 MB
+    first, _, rest = log.partition(b"\n")
+    assert first.startswith(b"[") and b"earlier bytes of stderr left out" in first
+    assert rest.startswith(b"chatter line ")  # the kept part starts at a line's start
+    assert rest.endswith(b"chatty server ready\ndying now: the test asked for it\n")
+    # the last line reached the log before the call's error named it
+    assert "dying now: the test asked for it" in tool_results(result.messages)[0].content
