@@ -843,7 +843,10 @@ def check_spans(
 
 def _result_texts(result: RunResult) -> Iterator[str]:
     for node in nodes(result):
-        yield node.output
+        if node.output_json is not None:  # a typed answer: its JSON holds every string of it
+            yield node.output_json
+        elif isinstance(node.output, str):
+            yield node.output
         if node.error:
             yield node.error
         for m in node.messages:
