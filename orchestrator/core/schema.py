@@ -20,9 +20,11 @@ extra; without it, building the tool is a ConfigurationError naming the keyword.
 Safe on any input: a schema the checker cannot read (a keyword with a value of the wrong kind,
 a ``$ref`` that points nowhere, a ``$ref`` cycle that never reaches a value, combinators whose
 references expand past :data:`_MAX_EXPANSION` checks per value) is a ConfigurationError when
-the tool is built, not at the first call; a check that fails anyway (a pattern Python rejects
-at match time, a recursion past the interpreter's limit) refuses the call with an ``is_error``
-result naming what happened, and the run goes on.
+the tool is built, not at the first call; a check that fails anyway (a ``$ref`` ``jsonschema``
+cannot resolve, a recursion past the interpreter's limit) refuses the call with an ``is_error``
+result naming what happened, and the run goes on. Patterns are matched in linear time
+(:mod:`.patterns`), and a schema with one is checked in a worker thread under the call's
+``tool_timeout`` (``Tool.checks_in_thread``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from urllib.parse import unquote
 import pydantic
 
 from .errors import ConfigurationError
+from .patterns import compile_pattern
 
 __all__ = [
     "FALLBACK_KEYWORDS",
@@ -356,18 +359,24 @@ class _Compiler:
                 out.append((path, f"at least {low} characters expected, got {len(value)}"))
             if high is not None and len(value) > high:
                 out.append((path, f"at most {high} characters expected, got {len(value)}"))
-            if compiled is not None and compiled.search(value) is None:
+            if compiled is not None and not compiled(value):
                 out.append((path, f"{_shown(value)} does not match the pattern {_shown(pattern)}"))
 
         return [check]
 
-    def pattern(self, pattern: Any) -> re.Pattern[str]:
+    def pattern(self, pattern: Any) -> Callable[[str], bool]:
+        """Whether a string holds a match of ``pattern``: in linear time (no backtracking, see
+        :mod:`.patterns`), or by ``re`` for what that matcher does not cover."""
         try:
-            return re.compile(pattern)
+            compiled = re.compile(pattern)
         except (re.error, TypeError, ValueError, OverflowError, RecursionError) as exc:
             raise self.fail(
                 f"has a pattern Python cannot read ({_cut(str(exc))}): {_shown(pattern)}"
             ) from None
+        linear = compile_pattern(pattern)
+        if linear is not None:
+            return linear
+        return lambda text: compiled.search(text) is not None
 
     def schemas(self, schema: Mapping[str, Any], keyword: str) -> dict[str, SchemaCheck]:
         found = schema.get(keyword) or {}
@@ -436,8 +445,8 @@ class _Compiler:
                 if field is not None:
                     field(item, where, out)
                 matched = False
-                for compiled, pattern_check in patterns:
-                    if compiled.search(key) is not None:
+                for matches, pattern_check in patterns:
+                    if matches(key):
                         matched = True
                         pattern_check(item, where, out)
                 if field is None and not matched:

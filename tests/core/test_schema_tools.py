@@ -375,10 +375,18 @@ async def test_an_argument_error_quotes_a_short_schema_to_fix_the_call_against()
     assert bad.is_error and '"additionalProperties":false' in bad.content
 
 
-async def test_a_pattern_that_backtracks_for_long_cannot_hang_the_run():
-    # ^(a+)+$ backtracks 2**n steps on n a's and a '!': checked off the event loop, bounded by
-    # the call's tool_timeout; the run and a sibling call go on meanwhile
-    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^(a+)+$"}}}
+def test_patterns_that_backtrack_for_long_in_re_are_judged_in_linear_time():
+    # re takes seconds on ^(a+)+$ with 25 a's and a '!' (doubling per a), and on \d+$ with
+    # 20,000 digits and an 'x'; a model chooses the string
+    assert problems({"pattern": "^(a+)+$"}, "a" * 5_000 + "!")
+    assert problems({"pattern": "^(a+)+$"}, "a" * 5_000) == []
+    assert problems({"pattern": "\\d+$"}, "1" * 20_000 + "x")
+    assert problems({"pattern": "\\d+$"}, "x" + "1" * 20_000) == []
+    assert problems({"patternProperties": {"^(a|aa)+$": False}}, {"a" * 3_000 + "b": 1}) == []
+
+
+async def test_a_check_longer_than_the_tool_timeout_refuses_the_call_while_the_run_goes_on():
+    schema = {"type": "object", "properties": {"text": {"type": "string", "pattern": "^[a-z]*$"}}}
     check = Tool.from_schema("check", "d", schema, lambda a: "ran")
     assert check.checks_in_thread
 
@@ -387,19 +395,19 @@ async def test_a_pattern_that_backtracks_for_long_cannot_hang_the_run():
         """A sibling call."""
         return "sibling ran"
 
-    evil = "a" * 25 + "!"  # seconds of backtracking on any machine; not minutes of CPU after
+    huge = "a" * 3_000_000  # seconds of matching, linear, in a thread: the loop goes on
     model = ScriptedModel(
-        [[tool_call("check", {"code": evil}), tool_call("other", {})], text("done")]
+        [[tool_call("check", {"text": huge}), tool_call("other", {})], text("done")]
     )
     async with open_run(
-        Agent("a", "x", tools=[check, other]), "go", model=model, limits=Limits(tool_timeout=0.5)
+        Agent("a", "x", tools=[check, other]), "go", model=model, limits=Limits(tool_timeout=0.2)
     ) as handle:
         result = await handle.result()
     assert result.status is RunStatus.COMPLETED
     bad, sibling = results_of(result)
-    assert bad.is_error and "could not be checked against its schema within 0.5s" in bad.content
+    assert bad.is_error and "could not be checked against its schema within 0.2s" in bad.content
     assert sibling.content == "sibling ran"
-    assert handle.abandoned_threads == 1  # the match goes on in its thread until it ends
+    assert handle.abandoned_threads == 1  # the match ends in its thread, in linear time
 
 
 async def test_a_pattern_checked_in_a_thread_still_admits_and_refuses_as_it_should():
