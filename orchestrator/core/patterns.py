@@ -193,10 +193,20 @@ def _in_set(items: list[tuple[Any, Any]], c: Any) -> Callable[[str], bool]:
 
 
 def _searcher(program: list[tuple[Any, ...]], anchored: bool, c: Any) -> Callable[[str], bool]:
-    at_begin = (c.AT_BEGINNING, c.AT_BEGINNING_STRING)
+    return _Searcher(program, anchored, c).search
 
-    def holds(kind: Any, text: str, pos: int) -> bool:
-        if kind in at_begin:
+
+class _Searcher:
+    """Runs a compiled program over a string: the set of live states, position by position."""
+
+    def __init__(self, program: list[tuple[Any, ...]], anchored: bool, c: Any) -> None:
+        self.program = program
+        self.anchored = anchored
+        self.c = c
+
+    def holds(self, kind: Any, text: str, pos: int) -> bool:
+        c = self.c
+        if kind is c.AT_BEGINNING or kind is c.AT_BEGINNING_STRING:
             return pos == 0
         if kind is c.AT_END:  # $: the end, or before a final newline
             return pos == len(text) or (pos == len(text) - 1 and text[pos] == "\n")
@@ -208,9 +218,10 @@ def _searcher(program: list[tuple[Any, ...]], anchored: bool, c: Any) -> Callabl
         after = pos < len(text) and _is_word(text[pos])
         return (before != after) is (kind is c.AT_BOUNDARY)
 
-    def closure(starts: list[int], text: str, pos: int) -> list[int]:
+    def closure(self, starts: list[int], text: str, pos: int) -> list[int]:
         """The character-reading states reachable from ``starts`` without reading; -1 stands
         for a match."""
+        program = self.program
         seen: set[int] = set()
         out: list[int] = []
         stack = list(reversed(starts))
@@ -229,23 +240,22 @@ def _searcher(program: list[tuple[Any, ...]], anchored: bool, c: Any) -> Callabl
             elif kind == _JMP:
                 stack.append(instruction[1])
             elif kind == _ASSERT:
-                if holds(instruction[1], text, pos):
+                if self.holds(instruction[1], text, pos):
                     stack.append(pc + 1)
             else:
                 out.append(-1)
         return out
 
-    def search(text: str) -> bool:
-        states = closure([0], text, 0)
+    def search(self, text: str) -> bool:
+        program = self.program
+        states = self.closure([0], text, 0)
         for pos, ch in enumerate(text):
             if -1 in states:
                 return True
             advanced = [pc + 1 for pc in states if pc >= 0 and program[pc][1](ch)]
-            if not anchored:
+            if not self.anchored:
                 advanced.append(0)  # a match may start at the next position too
             elif not advanced:
                 return False
-            states = closure(advanced, text, pos + 1)
+            states = self.closure(advanced, text, pos + 1)
         return -1 in states
-
-    return search

@@ -135,6 +135,23 @@ def too_long(failure: Failure, cap: float) -> Failure:
     )
 
 
+def plan_retry(
+    failure: Failure, attempts: int, cap: float, gate: Gate
+) -> tuple[float | None, Failure]:
+    """The wait before the next attempt, the client's gate closed for it after a 429; or
+    ``None`` and the failure worded as the call's end when the server asks for longer than
+    ``cap`` (the gate then refuses every request on the client until that wait has passed)."""
+    delay = wait_before_retry(failure, attempts, cap)
+    if delay is None:
+        failure = too_long(failure, cap)
+        if failure.rate_limited:
+            gate.close_for(failure.retry_after or 0.0, refusal=failure)
+        return None, failure
+    if failure.rate_limited:
+        gate.close_for(delay)  # every request on this client waits
+    return delay, failure
+
+
 def _seconds(value: float) -> str:
     return f"{value:.0f} s" if value >= 10 else f"{value:.1f} s"
 

@@ -31,7 +31,7 @@ from ._anthropic_errors import FIXES, classify
 from ._anthropic_prices import PRICES as PRICES
 from ._anthropic_prices import price_for as price_for
 from ._anthropic_stream import Assembler, read_sse
-from ._retry import BadResponse, Failure, Gate, StreamFailed, one_line, too_long, wait_before_retry
+from ._retry import BadResponse, Failure, Gate, StreamFailed, one_line, plan_retry
 from ._shared import Price as Price
 from ._shared import fingerprint, import_sdk, positive, tls_context
 from ._shared import sse_lines as sse_lines
@@ -280,16 +280,8 @@ class AnthropicModel:
                 if spent is not None:
                     response = dataclasses.replace(response, usage=response.usage + spent)
                 return response
-            delay = wait_before_retry(failure, attempts, self._max_retry_after)
-            if delay is None:  # the server asks for a wait past the cap: give up now, saying so
-                failure = too_long(failure, self._max_retry_after)
-                if failure.rate_limited:  # the others on this client give up too, until then
-                    client.gate.close_for(failure.retry_after or 0.0, refusal=failure)
-                raise self._error(failure, attempts, api_key, spent) from None
-            if failure.rate_limited:
-                # Every request on this client waits, even if this one gives up now.
-                client.gate.close_for(delay)
-            if not failure.retryable or attempts > self._max_retries:
+            delay, failure = plan_retry(failure, attempts, self._max_retry_after, client.gate)
+            if delay is None or not failure.retryable or attempts > self._max_retries:
                 raise self._error(failure, attempts, api_key, spent) from None
             spans.record_retry(attempts, failure.kind, delay)  # on the chat span
             if not failure.rate_limited:  # (a rate-limited retry waits at the gate above)

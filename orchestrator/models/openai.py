@@ -47,7 +47,7 @@ from ._openai_stream import (
     wire_messages,
     wire_tools,
 )
-from ._retry import BadResponse, Failure, Gate, StreamFailed, one_line, too_long, wait_before_retry
+from ._retry import BadResponse, Failure, Gate, StreamFailed, one_line, plan_retry
 from ._shared import Price as Price
 from ._shared import fingerprint, import_sdk, positive, sse_lines, tls_context
 from .base import ModelContext, ModelRequest, ModelResponse
@@ -472,15 +472,8 @@ class OpenAIModel:
                 )
                 attempts -= 1
                 continue
-            delay = wait_before_retry(failure, attempts, self._max_retry_after)
-            if delay is None:  # the server asks for a wait past the cap: give up now, saying so
-                failure = too_long(failure, self._max_retry_after)
-                if failure.rate_limited:  # the others on this client give up too, until then
-                    client.gate.close_for(failure.retry_after or 0.0, refusal=failure)
-                raise self._error(failure, attempts, api_key, base_url, spent) from None
-            if failure.rate_limited:
-                client.gate.close_for(delay)  # every request on this client waits
-            if not failure.retryable or attempts > self._max_retries:
+            delay, failure = plan_retry(failure, attempts, self._max_retry_after, client.gate)
+            if delay is None or not failure.retryable or attempts > self._max_retries:
                 raise self._error(failure, attempts, api_key, base_url, spent) from None
             spans.record_retry(attempts, failure.kind, delay)  # on the chat span
             if not failure.rate_limited:  # (a rate-limited retry waits at the gate above)
