@@ -261,6 +261,8 @@ class DaskRunner:
             return self.target, None
         address, workers = parse_address(self.target)
         cluster = None
+        if address == "local":
+            _check_main_guard(self.target)
         try:
             if address == "local":
                 cluster = LocalCluster(
@@ -573,3 +575,31 @@ def _forget_events(names: list[str], dask_scheduler: Any = None) -> None:
             if name.startswith(_STOP_PREFIX):
                 set_event(name=name)
             clear(name=name)
+
+
+def _check_main_guard(target: str) -> None:
+    """Refuse a local cluster started by a script without ``if __name__ == "__main__":``.
+
+    Dask starts a local cluster's workers as new processes that import the script again (as
+    ``__mp_main__``): without the guard each would run the script's tree too and start a
+    cluster of its own, and Dask's only words for it are "Nanny failed to start".
+    """
+    import ast
+
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if not isinstance(path, str) or not path.endswith(".py") or getattr(main, "__spec__", None):
+        return  # an interactive session, python -c, python -m: not a script run again
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+    except (OSError, SyntaxError, ValueError):
+        return
+    for node in tree.body:
+        if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
+            return
+    raise ConfigurationError(
+        f"DaskRunner({target!r}) starts worker processes that import {path} again, and it has "
+        "no 'if __name__ == \"__main__\":' guard: each worker would run the tree again. Put "
+        "the code that runs the tree under that guard (see docs/distributed.md)"
+    )

@@ -3,6 +3,8 @@ in process, budgets, the deadline and cancellation across processes, one trace, 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -326,3 +328,37 @@ async def test_remote_agents_approvals_are_asked_in_the_parents_process(dask_cli
         if b.type == "tool_result" and b.is_error
     ]
     assert len(declined) == 2  # each worker's lookup of "no"
+
+
+NO_GUARD = """
+from orchestrator import Agent, run_sync
+from orchestrator.dask import DaskRunner
+from orchestrator.models import ScriptedModel, text
+
+agent = Agent("root", "Answer.", model=ScriptedModel([text("done")]))
+print(run_sync(agent, "go", runner=DaskRunner("local:1")).status)
+"""
+
+
+def test_a_script_without_the_main_guard_is_told_to_add_it_before_any_worker_starts(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "tree.py"
+    script.write_text(NO_GUARD)
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("orchestrator.core.errors.ConfigurationError: DaskRunner('local:1')")
+    assert "no 'if __name__ == \"__main__\":' guard" in last and str(script) in last
+    assert "Nanny" not in done.stderr  # refused before Dask started anything
+    # with the guard the same script runs
+    body = "\n".join("    " + line for line in NO_GUARD.strip().splitlines()[-2:])
+    guarded = NO_GUARD.strip().rsplit("\n", 2)[0] + '\n\nif __name__ == "__main__":\n' + body
+    script.write_text(guarded + "\n")
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith("completed")
