@@ -178,7 +178,7 @@ async def _loop(node: AgentNode, run: RunState) -> None:
     typed = node.agent.output_spec
     if typed is not None and typed.mode == "tool":  # the answer is this tool's input
         specs.append(typed.tool_spec)
-        node._fixed_chars += fixed_units(repr(typed.schema))
+        node._fixed_chars += typed.schema_units
     state = _LoopState(
         specs=specs,
         max_turns=node.limits.max_turns or 1,
@@ -236,7 +236,8 @@ async def _loop(node: AgentNode, run: RunState) -> None:
 
 
 def _calls_final(calls: list[ToolUseBlock]) -> bool:
-    return any(c.name == FINAL_RESULT for c in calls)
+    # a list, not any(<generator>): cheaper for a turn's few calls, on every turn of a typed agent
+    return FINAL_RESULT in [c.name for c in calls]
 
 
 async def _final_step(

@@ -27,6 +27,7 @@ from pydantic import TypeAdapter
 
 from ..models.base import OutputFormat, ToolSpec
 from .errors import ConfigurationError, OutputRejected
+from .limits import fixed_units
 from .messages import Message, ToolResultBlock, ToolUseBlock
 from .records import record
 from .result import RunStatus
@@ -82,6 +83,7 @@ class OutputSpec:
         "name",
         "output_type",
         "schema",
+        "schema_units",
         "tool_spec",
         "validators",
         "wrapped",
@@ -137,6 +139,8 @@ class OutputSpec:
             schema = inner
             self.fields = tuple(inner.get("properties", {}))
         self.schema = schema
+        self.schema_units = fixed_units(repr(schema))
+        """What the schema adds to each request's fixed part (counted once, not per agent)."""
         self.format = OutputFormat(name, schema, native=mode == "native", wrapped=self.wrapped)
         """What each model request of the agent says of its answer."""
         self.tool_spec = ToolSpec(
