@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import inspect
 import json
+import types
+import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -105,7 +107,7 @@ class OutputSpec:
                 raise ConfigurationError(
                     f"agent {agent!r}: output_validators must be functions, got {fn!r}"
                 )
-        name = getattr(output_type, "__name__", None) or repr(output_type)
+        name = type_name(output_type)
         try:
             adapter: TypeAdapter[Any] = TypeAdapter(output_type)
             inner = adapter.json_schema()
@@ -152,7 +154,7 @@ class OutputSpec:
 
     def describe(self) -> str:
         """The type's name and fields, for a parent's ``spawn_subagent`` description."""
-        if self.wrapped:
+        if self.wrapped or not self.fields:  # a value, or a map with free keys
             return f"{self.name} (as JSON)"
         return f"{self.name} {{{', '.join(self.fields)}}} (as JSON)"
 
@@ -178,6 +180,26 @@ class OutputSpec:
     def to_json(self, value: Any) -> str:
         """The value's JSON: compact, keys in field order."""
         return self.adapter.dump_json(value).decode()
+
+
+def type_name(tp: Any) -> str:
+    """A type as its reader writes it (for the parent's spawn tool and the dry run):
+    ``Findings``, ``list[Claim]``, ``Claim | None``, ``Literal['yes', 'no']``; a generic's
+    ``__name__`` alone would say ``list``, a union's ``repr`` its modules."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is None or tp is type(None):
+        return "None"
+    if tp is Ellipsis:  # tuple[int, ...]
+        return "..."
+    if origin is None or not args:
+        return getattr(tp, "__name__", None) or repr(tp)
+    if origin is typing.Annotated:
+        return type_name(args[0])
+    if origin is Literal:
+        return f"Literal[{', '.join(repr(a) for a in args)}]"
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(type_name(a) for a in args)
+    return f"{getattr(origin, '__name__', None) or repr(origin)}[{', '.join(map(type_name, args))}]"
 
 
 def output_spec(

@@ -56,6 +56,7 @@ TREES = textwrap.dedent(
     )
     agent = Agent("lead", "Sum up.", model=MODEL, subagents=[researcher], output_type=Summary)
     counter = Agent("counter", "Count.", model=FunctionModel(lambda r: final(3)), output_type=int)
+    lister = Agent("lister", "List.", model=MODEL, output_type=list[Findings])
     stubborn = Agent(
         "stubborn",
         "Answer.",
@@ -145,6 +146,8 @@ def test_the_dry_run_names_each_agents_output_type_fields_and_mode(cli: Cli, wor
     assert "output of plain: text" in lines
     counted = cli("run", "typed.py:counter", "go", "--dry-run")
     assert "output of counter: int (tool mode)" in counted.stdout.splitlines()
+    listed = cli("run", "typed.py:lister", "go", "--dry-run")
+    assert "output of lister: list[Findings] (tool mode)" in listed.stdout.splitlines()
     doc = json.loads(cli("run", "typed.py:native", "go", "--dry-run", "--json").stdout)
     assert doc["outputs"] == {
         "native": {"type": "Findings", "fields": ["topic", "facts"], "mode": "native"},
