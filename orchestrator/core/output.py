@@ -29,7 +29,7 @@ from pydantic import TypeAdapter
 
 from ..models.base import OutputFormat, ToolSpec
 from .errors import ConfigurationError, OutputRejected
-from .limits import fixed_units
+from .ledger import fixed_units
 from .messages import Message, ToolResultBlock, ToolUseBlock
 from .records import record
 from .result import RunStatus
