@@ -25,7 +25,7 @@ from ..core.messages import (
 )
 from ._anthropic_errors import STREAM_ERROR_KINDS
 from ._retry import BadResponse, Failure, one_line
-from ._shared import unicode_only
+from ._shared import token_count, unicode_only
 from .base import ModelContext
 
 # Stop reasons that may end the output in the middle of a tool call's JSON.
@@ -104,14 +104,15 @@ class Assembler:
     def _usage(self, usage: Any) -> None:
         if not isinstance(usage, dict):
             return
-        if (value := usage.get("input_tokens")) is not None:
-            self.input_tokens = int(value)
-        if (value := usage.get("cache_creation_input_tokens")) is not None:
-            self.cache_write_tokens = int(value)
-        if (value := usage.get("cache_read_input_tokens")) is not None:
-            self.cache_read_tokens = int(value)
-        if (value := usage.get("output_tokens")) is not None:
-            self.output_tokens = int(value)
+        # a figure that is not a count is taken as missing, never as a crash
+        if (value := token_count(usage.get("input_tokens"))) is not None:
+            self.input_tokens = value
+        if (value := token_count(usage.get("cache_creation_input_tokens"))) is not None:
+            self.cache_write_tokens = value
+        if (value := token_count(usage.get("cache_read_input_tokens"))) is not None:
+            self.cache_read_tokens = value
+        if (value := token_count(usage.get("output_tokens"))) is not None:
+            self.output_tokens = value
 
     def _feed(self, kind: str, event: dict[str, Any]) -> None:
         if kind == "message_start":

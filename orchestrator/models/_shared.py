@@ -12,6 +12,7 @@ import functools
 import hashlib
 import importlib
 import json
+import math
 import re
 import sys
 from collections.abc import AsyncIterator
@@ -84,6 +85,21 @@ class Price:
 def positive(value: object) -> bool:
     """A number of seconds above zero (not a bool, not NaN; infinity allowed)."""
     return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
+def token_count(value: object) -> int | None:
+    """A usage figure a provider reported, as a count; None when it is not one (a string that
+    is not digits, a list, NaN, infinity, a bool): then the figure is taken as missing, not as
+    a reason to end the agent. A negative or fractional one is the runtime's to clamp."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if math.isfinite(value) else None
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value.strip())
+    return None
 
 
 def fingerprint(api_key: str) -> str:

@@ -49,7 +49,7 @@ from ._openai_stream import (
 )
 from ._retry import BadResponse, Failure, Gate, StreamFailed, one_line, plan_retry
 from ._shared import Price as Price
-from ._shared import fingerprint, import_sdk, positive, sse_lines, tls_context
+from ._shared import fingerprint, import_sdk, positive, sse_lines, tls_context, token_count
 from .base import ModelContext, ModelRequest, ModelResponse
 
 if TYPE_CHECKING:
@@ -404,9 +404,7 @@ class OpenAIModel:
             api_key = _NO_KEY
         return api_key, base_url
 
-    async def request(  # noqa: C901 - one call: send, retry, read the stream, map its errors
-        self, request: ModelRequest, ctx: ModelContext
-    ) -> ModelResponse:
+    async def request(self, request: ModelRequest, ctx: ModelContext) -> ModelResponse:
         api_key, base_url = self._credentials()
         client = await ctx.clients.get(
             (self._provider, base_url, fingerprint(api_key)),
@@ -559,15 +557,20 @@ class OpenAIModel:
         """The call's usage as the server reported it, or estimated (llama.cpp's server reports
         none when streaming): input from the request's size, output from the answer's."""
         reported = assembler.usage
-        if reported is not None and reported.get("prompt_tokens") is not None:
+        # a figure that is not a count is taken as missing (estimated), never as a crash
+        prompt = token_count(reported.get("prompt_tokens")) if reported is not None else None
+        if reported is not None and prompt is not None:
             details = reported.get("prompt_tokens_details")
             cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
             if cached is None:
                 cached = reported.get("prompt_cache_hit_tokens")  # DeepSeek's name
+            output = token_count(reported.get("completion_tokens"))
             usage = Usage(
-                input_tokens=int(reported.get("prompt_tokens") or 0),
-                output_tokens=int(reported.get("completion_tokens") or 0),
-                cache_read_tokens=int(cached or 0),
+                input_tokens=prompt,
+                output_tokens=(
+                    output if output is not None else estimate_tokens(assembler.output_chars)
+                ),
+                cache_read_tokens=token_count(cached) or 0,
                 requests=1,
             )
         else:

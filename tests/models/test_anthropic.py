@@ -1157,3 +1157,25 @@ async def test_parallel_requests_share_one_client(server: FakeMessagesServer) ->
         elapsed = time.perf_counter() - start
     assert results == {i: f"TASK {i}" for i in range(20)}
     print(f"\n20 parallel streamed calls over one client: {elapsed:.3f} s")
+
+
+async def test_usage_figures_that_are_not_counts_are_taken_as_missing_not_a_crash(
+    server: FakeMessagesServer,
+) -> None:
+    odd: Any = {"input_tokens": "n/a", "cache_read_input_tokens": [1], "output_tokens": 15}
+    server.push(text("answer", usage=odd))
+    counts: Any = {
+        "input_tokens": "20",
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+        "output_tokens": 15.0,
+    }
+    server.push(text("again", usage=counts))
+    async with open_ctx() as ctx:
+        first = await model_for(server).request(make_request(), ctx)
+        second = await model_for(server).request(make_request(), ctx)
+    assert first.content == (TextBlock("answer"),)
+    # the stream's figures that are not counts are skipped: what message_start said stays
+    assert first.usage.input_tokens > 0 and first.usage.cache_read_tokens == 0
+    assert first.usage.output_tokens == 15  # the figures that are counts are kept
+    assert (second.usage.input_tokens, second.usage.output_tokens) == (20, 15)

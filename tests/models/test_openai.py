@@ -1028,3 +1028,23 @@ async def test_a_runs_events_show_the_model_waiting(
     assert [e for e in events if isinstance(e, ModelWaiting)] == [
         ModelWaiting("w", 2.0, "rate limited by the provider")
     ]
+
+
+async def test_usage_figures_that_are_not_counts_are_taken_as_missing_not_a_crash(
+    server: FakeChatServer,
+) -> None:
+    server.push(text("first", usage={"prompt_tokens": "n/a", "completion_tokens": [15]}))
+    server.push(text("second", usage={"prompt_tokens": 920, "completion_tokens": "lots"}))
+    server.push(text("third", usage={"prompt_tokens": "920", "completion_tokens": 15.0}))
+    async with open_ctx() as ctx:
+        model = model_for(server)
+        first = await model.request(make_request(), ctx)
+        second = await model.request(make_request(), ctx)
+        third = await model.request(make_request(), ctx)
+    # no input count: the whole usage is estimated from what was sent and answered
+    assert first.content == (TextBlock("first"),)
+    assert first.usage.input_tokens > 0 and first.usage.output_tokens >= 1
+    # no output count: the input is kept, the output estimated
+    assert (second.usage.input_tokens, second.usage.output_tokens) == (920, 2)
+    # counts written as a digit string or a whole float are counts
+    assert (third.usage.input_tokens, third.usage.output_tokens) == (920, 15)
