@@ -99,3 +99,19 @@ def test_the_readmes_first_python_snippet_runs_as_written(tmp_path: Path) -> Non
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0] == "completed 5 + 10 = 15"
+
+
+def test_the_readmes_typed_results_snippet_runs_as_written(tmp_path: Path) -> None:
+    [snippet, *_] = python_blocks("### Typed results")
+    proc = subprocess.run(
+        [sys.executable, "-c", snippet],
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    expected = re.search(r"^# (completed .*)$", snippet, re.M)
+    assert expected is not None
+    assert proc.stdout.splitlines() == [expected.group(1)]
