@@ -810,8 +810,9 @@ def _write_answer(
     """The run's answer on stdout: its text (a typed answer's JSON, indented), or (``--json``)
     the whole result.
 
-    Secrets are redacted from both (the answer is written as the model wrote it otherwise: no
-    character of it is escaped); JSON escapes every control character itself.
+    Secrets are redacted from both. On a terminal the answer is neutralized as stderr is
+    (control characters shown as escapes: a model's text must not drive the terminal); piped or
+    redirected it is written as the model wrote it. JSON escapes every control character itself.
     """
     secrets = secret_values()
     typed = result.output_json
@@ -834,9 +835,20 @@ def _write_answer(
         _write_stdout(json.dumps(_redacted(payload, secrets)) + "\n")
     elif typed is not None:  # a typed answer: its JSON, indented for a reader
         value = _redacted(json.loads(typed), secrets)
-        _write_stdout(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+        _write_stdout(_for_stdout(json.dumps(value, indent=2, ensure_ascii=False), secrets))
     elif result.output:
-        _write_stdout(redact(result.output, secrets).rstrip() + "\n")
+        _write_stdout(_for_stdout(redact(result.output, secrets).rstrip(), secrets))
+
+
+def _for_stdout(text: str, secrets: tuple[str, ...]) -> str:
+    """``text`` as a line (or lines) for stdout: neutralized on a terminal, raw otherwise."""
+    try:
+        terminal = sys.stdout is not None and sys.stdout.isatty()
+    except (AttributeError, ValueError):  # a replaced or closed stdout
+        terminal = False
+    if terminal:
+        text = terminal_safe(text, multiline=True, secrets=secrets)
+    return text + "\n"
 
 
 def _redacted(value: Any, secrets: tuple[str, ...]) -> Any:
