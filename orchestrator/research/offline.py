@@ -100,7 +100,18 @@ class OfflineModel:
             else:
                 ctx.on_tool_call_start(block.id, block.name)
         stop = "tool_use" if any(isinstance(b, ToolUseBlock) for b in content) else "end_turn"
-        return ModelResponse(tuple(content), stop, Usage(), "offline", "")
+        # counted as a model would bill it (docs/models.md): the request's estimate in, the
+        # reply's characters / 4 out; free all the same (cost() is 0)
+        out_chars = sum(
+            len(b.text) if isinstance(b, TextBlock) else len(b.name) + len(str(b.input))
+            for b in content
+        )
+        usage = Usage(
+            input_tokens=request.input_tokens_estimate,
+            output_tokens=out_chars // 4 + 1,
+            requests=1,
+        )
+        return ModelResponse(tuple(content), stop, usage, "offline", "")
 
     def decide(self, request: ModelRequest) -> list[TextBlock | ToolUseBlock]:
         """The next reply for ``request``'s transcript."""
