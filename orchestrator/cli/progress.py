@@ -4,7 +4,8 @@ Driven only by a run's events (``handle.events``), so drawing can never slow the
 display falls behind, the run drops events instead of waiting. The tree shows each agent's
 state (waiting / running / done / failed), its current step (waiting for the model, which tool),
 turns and tokens; siblings running in parallel are visible side by side. A call the policy
-kept from running (denied, or declined by an approver) shows as declined.
+kept from running shows as declined when an approver (or ``--approve``) said no, and as
+refused with what it was otherwise (an unknown tool, a deny rule, no approver...).
 
 :class:`TerminalApprover` is the CLI's ``--approve ask``: it asks on the terminal about one call
 at a time (agent path, tool, arguments), pausing the live view while it waits for the answer.
@@ -61,6 +62,7 @@ class _AgentRow:
     """Tool name (fit for a terminal) by call id: two parallel calls of one tool are two
     entries."""
     declined: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
     """Tools (fit for a terminal) whose calls the policy kept from running."""
 
 
@@ -132,10 +134,16 @@ class _Board:
             row.step = _running(row) if row.tools_running else "tools done"
             if event.refused:
                 tool = self._safe(event.tool, 80)
-                row.declined.append(tool)
+                why = event.refused_why or "declined"
+                if why == "no approver":  # the command's --approve none: its no
+                    why = "declined"
+                # "declined" only for an approver's (or --approve's) no: the rest say what it was
+                (row.declined if why == "declined" else row.refused).append(tool)
                 if not row.tools_running:
-                    row.step = f"{tool} declined"
-                return f"declined {self._safe(event.path)}: {tool} (not run)"
+                    row.step = f"{tool} {why}"
+                if why == "declined":
+                    return f"declined {self._safe(event.path)}: {tool} (not run)"
+                return f"refused {self._safe(event.path)}: {tool} ({why}; not run)"
             return None
         if isinstance(event, AgentFinished):
             row.state = "done" if event.status == "completed" else "failed"
@@ -144,7 +152,10 @@ class _Board:
             row.tokens = event.usage.billed_tokens
             row.turns = event.turns
             path = self._safe(event.path)
-            return f"finish {path}: {status} ({event.turns} turns, {row.tokens} tokens)"
+            line = f"finish {path}: {status} ({event.turns} turns, {row.tokens} tokens)"
+            if event.error is not None and event.status != "completed":  # say why
+                line += f": {self._safe(event.error, 200)}"
+            return line
         if isinstance(event, ModelWaiting):  # every wait shown: none is silent
             why = self._safe(event.reason, 80)
             row.step = f"waiting {event.seconds:.1f}s ({why})"
@@ -173,6 +184,8 @@ class _Board:
             label.append(f" tokens={row.tokens:,}")
         if row.declined:
             label.append(f" declined={len(row.declined)}", style="red")
+        if row.refused:
+            label.append(f" refused={len(row.refused)}", style="red")
         node = parent.add(label)
         # children in spawn order ("name#index"), whatever order the scheduler started them in
         children = sorted(self.children.get(path, []), key=_spawn_key)

@@ -101,13 +101,17 @@ class ToolStarted:
 @dataclass(frozen=True, slots=True)
 class ToolFinished:
     """A tool call produced its result (``is_error`` for failures and refusals; ``refused``
-    when the policy gate, a deny rule or an approver's no, kept it from running)."""
+    when the policy gate, a deny rule or an approver's no, kept it from running, and
+    ``refused_why`` which: ``"declined"`` (an approver, or ``--approve``, said no),
+    ``"unknown tool"`` (not a tool the agent holds), ``"denied by policy"``, ``"no approver"``,
+    ``"approver failed"`` or ``"invalid arguments"`` (checked before an approver is asked))."""
 
     path: str
     tool: str
     call_id: str
     is_error: bool
     refused: bool = False
+    refused_why: str = ""
 
 
 Event: TypeAlias = (

@@ -188,9 +188,27 @@ async def _call_one(  # noqa: C901 - the hot path, kept in one frame (docs/perfo
         if run.tracer:
             spans.record_tool_result(s, result, run.capture)
         if run.events.enabled:
+            why = "" if refusal is None else _refused_why(held, decision, refused_as, refusal)
             run.events.emit(
-                ToolFinished(node.path, call.name, call.id, result.is_error, refusal is not None)
+                ToolFinished(
+                    node.path, call.name, call.id, result.is_error, refusal is not None, why
+                )
             )
+
+
+def _refused_why(held: Tool | None, decision: Decision, refused_as: str, refusal: str) -> str:
+    """What kept a call from running, in a few words (see ``ToolFinished.refused_why``)."""
+    if held is None:
+        return "unknown tool"
+    if refused_as == "invalid_arguments":
+        return "invalid arguments"
+    if decision is Decision.DENY:
+        return "denied by policy"
+    if "no approver is configured" in refusal:
+        return "no approver"
+    if refusal.startswith(("the approver failed", "the approver gave no answer")):
+        return "approver failed"
+    return "declined"
 
 
 OUTCOME_UNKNOWN = (

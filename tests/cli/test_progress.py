@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import trio
+from support.cli import Cli
 
 from orchestrator import Agent, RunResult, run
 from orchestrator.cli.progress import follow_events
@@ -75,3 +77,70 @@ async def test_every_model_wait_is_shown_in_the_plain_and_the_live_progress() ->
     stream = io.StringIO()
     await follow_events(receive, live=True, stream=stream)  # the frame as the events left it
     assert "waiting 30.0s (rate limited by the provider)" in stream.getvalue()
+
+
+REFUSALS_TREE = '''
+from orchestrator import Agent, Policy, tool
+from orchestrator.models import FunctionModel, ScriptedModel, text, tool_call
+
+
+@tool
+def remove(name: str) -> str:
+    """Remove a file.
+
+    Args:
+        name: The file.
+    """
+    return "removed " + name
+
+
+@tool
+def wipe() -> str:
+    """Wipe everything."""
+    return "wiped"
+
+
+def broken(request):
+    raise RuntimeError("the adapter fell over")
+
+
+worker = Agent("worker", "Work.", description="works", model=FunctionModel(broken))
+agent = Agent(
+    "lead",
+    "Lead.",
+    tools=[remove, wipe],
+    subagents=[worker],
+    policy=Policy({"remove": "confirm", "wipe": "deny"}),
+    model=ScriptedModel(
+        [
+            [
+                tool_call("nope", {}),
+                tool_call("wipe", {}),
+                tool_call("remove", {"name": "a.txt"}),
+                tool_call("spawn_subagent", {"agent": "worker", "task": "work"}),
+            ],
+            text("done"),
+        ]
+    ),
+)
+'''
+
+
+def test_plain_progress_says_declined_only_for_a_no_and_what_any_other_refusal_was(
+    cli: Cli, tmp_path: Path
+) -> None:
+    (tmp_path / "tree.py").write_text(REFUSALS_TREE)
+    proc = cli("run", "tree.py", "go", "--approve", "none")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert "refused lead: nope (unknown tool; not run)" in lines
+    assert "refused lead: wipe (denied by policy; not run)" in lines
+    assert "declined lead: remove (not run)" in lines  # --approve none said no
+    assert [line for line in lines if line.startswith("declined")] == [
+        "declined lead: remove (not run)"
+    ]
+    # an errored child's finish line says why; a completed one's does not change
+    (finish,) = [line for line in lines if line.startswith("finish lead/worker#1")]
+    assert finish.startswith("finish lead/worker#1: error (") and "the adapter fell over" in finish
+    (lead,) = [line for line in lines if line.startswith("finish lead:")]
+    assert lead.startswith("finish lead: completed (") and lead.endswith(" tokens)")
