@@ -115,3 +115,36 @@ def test_the_readmes_typed_results_snippet_runs_as_written(tmp_path: Path) -> No
     expected = re.search(r"^# (completed .*)$", snippet, re.M)
     assert expected is not None
     assert proc.stdout.splitlines() == [expected.group(1)]
+
+
+def test_the_readmes_asyncio_program_runs_as_written(tmp_path: Path) -> None:
+    [program, *_] = python_blocks("### From asyncio")
+    proc = subprocess.run(
+        [sys.executable, "-c", program],
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "completed 15" and lines[-1] == "completed"
+    assert lines[1] == "AgentStarted" and "AgentFinished" in lines
+
+
+def test_the_readmes_example_test_passes_as_written_in_a_suite_of_its_own(tmp_path: Path) -> None:
+    [example, *_] = python_blocks("### Test your own trees")
+    (tmp_path / "test_readme.py").write_text(example)
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["orchestrator.testing"]\n')
+    (tmp_path / "pytest.ini").write_text("[pytest]\ntrio_mode = true\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist"],
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 passed" in proc.stdout
