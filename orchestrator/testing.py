@@ -5,6 +5,9 @@
   same objects as in :mod:`orchestrator.models`).
 - :func:`replace_models` gives a copy of a tree in which every agent uses one model, whatever
   its definition names (``run(model=...)`` is only the default for agents that name none).
+- :func:`check_journal` and :func:`check_runner` are the seams' conformance kits: they run the
+  contract of a :class:`~orchestrator.Journal` or a :class:`~orchestrator.ChildRunner` of your
+  own against it and raise :class:`ConformanceError` naming what broke (docs/runners.md).
 - :class:`SpanRecorder` collects a run's finished spans in memory (pass its
   ``tracer_provider`` to ``run()``); :func:`recording_spans` is it as a context manager, and the
   ``orchestrator_spans`` pytest fixture hands one to a test (enable it with
@@ -30,16 +33,24 @@ from .models.scripted import text as text
 from .models.scripted import tool_call as tool_call
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 
+    from ._conformance import ConformanceError as ConformanceError
     from .core.agent import Agent
+    from .core.journal import Journal
+    from .core.runner import ChildRunner
     from .models.base import Model
 
 __all__ = [
+    "ConformanceError",
     "FunctionModel",
     "ScriptedModel",
     "SpanRecorder",
     "Step",
+    "check_journal",
+    "check_runner",
     "final",
     "recording_spans",
     "replace_models",
@@ -47,6 +58,36 @@ __all__ = [
     "text",
     "tool_call",
 ]
+
+
+def check_journal(make_journal: Callable[[str], Journal]) -> None:
+    """Run the journal seam's contract against ``make_journal(name)`` (a journal named
+    ``name``: empty the first time, the same record reopened after): values read back, a run
+    replays from it, a call in flight at a stop is never run twice. Raises
+    :class:`ConformanceError` naming the first check that fails. Call it from a plain (sync)
+    test: it runs trio itself."""
+    from ._conformance import check_journal as check
+
+    check(make_journal)
+
+
+def check_runner(make_runner: Callable[[], ChildRunner]) -> None:
+    """Run the child seam's contract against the runners ``make_runner()`` makes: the same
+    result tree and events as in process, a resumed run replays its children, cancelling
+    reaches them, their spending is settled on the run's budget, their failures are error
+    results. Raises :class:`ConformanceError` naming the first check that fails. Call it from
+    a plain (sync) test: it runs trio itself."""
+    from ._conformance import check_runner as check
+
+    check(make_runner)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ConformanceError":  # with the kits, on first use
+        from ._conformance import ConformanceError
+
+        return ConformanceError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def replace_models(agent: Agent, model: Model | str) -> Agent:

@@ -105,10 +105,13 @@ EXPORTS = {
     "orchestrator.tools": ["Tool", "ToolContext", "ToolError", "tool"],
     "orchestrator.aio": ["AioEvents", "AioRunHandle", "open_run", "run"],
     "orchestrator.testing": [
+        "ConformanceError",
         "FunctionModel",
         "ScriptedModel",
         "SpanRecorder",
         "Step",
+        "check_journal",
+        "check_runner",
         "final",
         "recording_spans",
         "replace_models",

@@ -292,8 +292,13 @@ class SpawnSide:
         taken = book.leased.setdefault(self.turn, set()) if book is not None else set()
         share = max(1, spawns - len(taken))
         taken.add(self.position)
-        lease_tokens = math.floor(tokens / share) if tokens < math.inf else math.inf
-        lease_cost = cost / share if cost < math.inf else math.inf
+        # the parent's room is shared; a sub-budget of the child's own (its definition's
+        # token_budget) is its alone
+        shared_tokens, shared_cost = self.node.ledger.room()
+        tokens = min(tokens, shared_tokens / share)
+        cost = min(cost, shared_cost / share)
+        lease_tokens = math.floor(tokens) if tokens < math.inf else math.inf
+        lease_cost = cost
         if lease_tokens < 1 or lease_cost <= 0:
             child.finish(
                 RunStatus.BUDGET_EXCEEDED,
