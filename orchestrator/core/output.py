@@ -126,6 +126,7 @@ class OutputSpec:
         self.mode: OutputMode = mode
         self.validators = tuple(validators)
         self.name = name
+        inner = _root_inlined(inner)
         self.wrapped = inner.get("type") != "object"
         if self.wrapped:  # a tool's input is an object: the value goes under "result"
             defs = inner.pop("$defs", None)
@@ -241,6 +242,19 @@ def check_native_models(tree: AgentTree, models: dict[str, Model], default: Mode
                 "output_mode='tool' or a model that can answer in a JSON schema"
             )
         pending.extend((child, model) for child in tree.subagents_of(agent))
+
+
+def _root_inlined(schema: dict[str, Any]) -> dict[str, Any]:
+    """A recursive model's schema is a bare ``$ref`` to its own definition: the definition in
+    its place (references to it still resolve through ``$defs``), so that it is the object it
+    describes, given as the tool's input as it is, not wrapped."""
+    ref, defs = schema.get("$ref"), schema.get("$defs")
+    if len(schema) != 2 or not isinstance(ref, str) or not isinstance(defs, dict):
+        return schema
+    target = defs.get(ref.removeprefix("#/$defs/")) if ref.startswith("#/$defs/") else None
+    if not isinstance(target, dict) or target.get("type") != "object":
+        return schema
+    return {**target, "$defs": defs}
 
 
 def _problems(exc: pydantic.ValidationError, wrapped: bool) -> list[str]:

@@ -112,6 +112,26 @@ async def test_any_type_pydantic_validates_is_an_output_type_and_non_objects_are
     assert (schema.get("required") == ["result"]) is wrapped
 
 
+class Node(BaseModel):
+    name: str
+    children: list[Node] = []
+
+
+async def test_a_recursive_model_is_an_object_answer_not_a_wrapped_one():
+    requests: list[ModelRequest] = []
+    tree = Node(name="root", children=[Node(name="leaf")])
+
+    def answer(request: ModelRequest):
+        requests.append(request)
+        return final(tree)
+
+    result = await run(Agent("a", "x", output_type=Node), "go", model=FunctionModel(answer))
+    assert result.output == tree
+    schema = tools_seen(requests)[FINAL_RESULT]
+    assert schema["type"] == "object" and "name" in schema["properties"]  # type: ignore[operator]
+    assert requests[0].output is not None and not requests[0].output.wrapped
+
+
 async def test_a_text_agent_is_unchanged_and_has_no_final_result_tool():
     requests: list[ModelRequest] = []
 
