@@ -78,7 +78,7 @@ def make_model(n: int, typed: bool, counter: list[int]) -> FunctionModel:
 
     async def answer(request: Any) -> Any:
         counter[0] += 1
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()
         n_messages = len(request.messages)
         usage_in = request.input_tokens_estimate
         if request.agent.depth == 0:
