@@ -51,8 +51,12 @@ class Assembler:
     its end first.
     """
 
-    def __init__(self, ctx: ModelContext) -> None:
+    def __init__(self, ctx: ModelContext, limit: int = 2**62) -> None:
         self._ctx = ctx
+        self.limit = limit
+        """Characters the answer may stream (see ``_shared.stream_limit``); past it, ``cut``."""
+        self.streamed = 0
+        self.cut = False
         self._blocks: dict[int, _Partial] = {}
         self.failure: Failure | None = None
         self.id = ""
@@ -173,14 +177,23 @@ class Assembler:
         if kind == "text_delta" and partial.kind == "text":
             chunk = str(delta["text"])
             partial.parts.append(chunk)
+            self._count(len(chunk))
             if chunk:
                 self._ctx.on_text_delta(chunk)
         elif kind == "input_json_delta" and partial.kind == "tool_use":
             partial.parts.append(str(delta["partial_json"]))
+            self._count(len(partial.parts[-1]))
         elif kind == "thinking_delta" and partial.kind == "thinking":
             partial.parts.append(str(delta["thinking"]))
+            self._count(len(partial.parts[-1]))
         elif kind == "signature_delta" and partial.kind == "thinking":
             partial.signature += str(delta["signature"])
+
+    def _count(self, chars: int) -> None:
+        self.streamed += chars
+        if self.streamed > self.limit and not self.cut:
+            self.cut = True  # read_sse stops reading; the answer ends as cut by max_tokens
+            self.stop_reason = "max_tokens"
 
     def content(self) -> tuple[Block, ...]:
         """The final blocks; raises ``BadResponse`` for a stream that did not complete."""
@@ -237,6 +250,8 @@ async def read_sse(lines: AsyncIterator[str], assembler: Assembler) -> None:
         if not line:
             if name is not None or data:
                 assembler.event(name, "\n".join(data))
+                if assembler.cut:  # past the output limit: read no more of it
+                    return
             name, data = None, []
         elif not line.startswith(":"):
             key, _, value = line.partition(":")

@@ -155,7 +155,9 @@ class Assembler:
     JSON) is remembered in ``failure`` rather than raised.
     """
 
-    def __init__(self, ctx: ModelContext, tools: Sequence[ToolSpec] = ()) -> None:
+    def __init__(
+        self, ctx: ModelContext, tools: Sequence[ToolSpec] = (), limit: int = 2**62
+    ) -> None:
         self._ctx = ctx
         self._loose = frozenset(t.name for t in tools if _takes_any_object(t.input_schema))
         """Tools whose validation would let the invalid-JSON key through (see ``_invalid``)."""
@@ -170,6 +172,10 @@ class Assembler:
         self.model = ""
         self.finish_reason: str | None = None
         self.usage: Mapping[str, Any] | None = None
+        self.limit = limit
+        """Characters the answer may stream (see ``_shared.stream_limit``); past it, ``cut``."""
+        self.streamed = 0
+        self.cut = False
 
     # -- streamed ---------------------------------------------------------------------------
 
@@ -226,9 +232,11 @@ class Assembler:
         thought = delta.get("reasoning_content") or delta.get("reasoning")
         if isinstance(thought, str) and thought:
             self._thinking.append(thought)
+            self._count(len(thought))
         text = delta.get("content")
         if isinstance(text, str) and text:
             self._text.append(text)
+            self._count(len(text))
             self._ctx.on_text_delta(text)
         refusal = delta.get("refusal")
         if isinstance(refusal, str) and refusal:
@@ -244,6 +252,7 @@ class Assembler:
             arguments = function.get("arguments")
             if isinstance(arguments, str):
                 call.parts.append(arguments)
+                self._count(len(arguments))
             elif isinstance(arguments, Mapping):  # some servers send the object itself
                 call.parts.append(json.dumps(arguments))
             if call.name and not call.started:
@@ -251,6 +260,12 @@ class Assembler:
                 if not call.id:
                     call.id = _new_call_id()
                 self._ctx.on_tool_call_start(call.id, call.name)
+
+    def _count(self, chars: int) -> None:
+        self.streamed += chars
+        if self.streamed > self.limit and not self.cut:
+            self.cut = True  # read_sse stops reading; the answer ends as cut by max_tokens
+            self.finish_reason = "length"
 
     # -- whole ------------------------------------------------------------------------------
 
@@ -374,6 +389,8 @@ async def read_sse(lines: AsyncIterator[str], assembler: Assembler) -> None:
         if not line:
             if data:
                 assembler.data("\n".join(data))
+                if assembler.cut:  # past the output limit: read no more of it
+                    return
             data = []
         elif line.startswith("data:"):
             value = line[5:]

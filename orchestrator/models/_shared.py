@@ -87,6 +87,17 @@ def positive(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
 
 
+STREAM_CHARS_PER_TOKEN = 32
+"""More characters than any token of any tokenizer we know holds: a stream that has sent more
+than this many per token of its output limit has gone past the limit (see stream_limit)."""
+
+
+def stream_limit(max_tokens: int) -> int:
+    """Characters a streamed answer may send before it is taken as past ``max_tokens`` and cut
+    (a server streaming without end was billed 0 tokens until the run's deadline)."""
+    return max(1, max_tokens) * STREAM_CHARS_PER_TOKEN + 4096
+
+
 def token_count(value: object) -> int | None:
     """A usage figure a provider reported, as a count; None when it is not one (a string that
     is not digits, a list, NaN, infinity, a bool): then the figure is taken as missing, not as

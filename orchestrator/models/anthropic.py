@@ -33,7 +33,7 @@ from ._anthropic_prices import price_for as price_for
 from ._anthropic_stream import Assembler, read_sse
 from ._retry import BadResponse, Failure, Gate, StreamFailed, one_line, plan_retry
 from ._shared import Price as Price
-from ._shared import fingerprint, import_sdk, positive, tls_context
+from ._shared import fingerprint, import_sdk, positive, stream_limit, tls_context
 from ._shared import sse_lines as sse_lines
 from .base import ModelContext, ModelRequest, ModelResponse, OutputFormat
 
@@ -311,7 +311,7 @@ class AnthropicModel:
         # mid-stream overloaded_error) or bad JSON and leaves them to the garbage collector (trio
         # warns). Reading ourselves, a bad stream is remembered and drained to its end, so every
         # generator finishes; and we keep the raw event dicts.
-        assembler = Assembler(ctx)
+        assembler = Assembler(ctx, stream_limit(int(params["max_tokens"])))
         try:
             await read_sse(sse_lines(stream.response.aiter_text()), assembler)
         finally:
@@ -325,7 +325,12 @@ class AnthropicModel:
             input_tokens=assembler.input_tokens
             + assembler.cache_write_tokens
             + assembler.cache_read_tokens,
-            output_tokens=assembler.output_tokens,
+            # cut past the output limit: the limit billed, at least
+            output_tokens=(
+                max(assembler.output_tokens, int(params["max_tokens"]))
+                if assembler.cut
+                else assembler.output_tokens
+            ),
             cache_read_tokens=assembler.cache_read_tokens,
             cache_write_tokens=assembler.cache_write_tokens,
             requests=1,

@@ -49,7 +49,15 @@ from ._openai_stream import (
 )
 from ._retry import BadResponse, Failure, Gate, StreamFailed, one_line, plan_retry
 from ._shared import Price as Price
-from ._shared import fingerprint, import_sdk, positive, sse_lines, tls_context, token_count
+from ._shared import (
+    fingerprint,
+    import_sdk,
+    positive,
+    sse_lines,
+    stream_limit,
+    tls_context,
+    token_count,
+)
 from .base import ModelContext, ModelRequest, ModelResponse
 
 if TYPE_CHECKING:
@@ -487,7 +495,7 @@ class OpenAIModel:
         if self._timeout is not None:
             timeout = openai.Timeout(self._timeout, connect=min(5.0, self._timeout))
         streamed = bool(params.get("stream"))
-        assembler = Assembler(ctx, request.tools)
+        assembler = Assembler(ctx, request.tools, stream_limit(request.max_tokens))
         # The raw body, read by us: the SDK's stream parser leaves nested async generators to
         # the garbage collector under trio (warnings), and we keep the raw chunks.
         #
@@ -559,7 +567,17 @@ class OpenAIModel:
         reported = assembler.usage
         # a figure that is not a count is taken as missing (estimated), never as a crash
         prompt = token_count(reported.get("prompt_tokens")) if reported is not None else None
-        if reported is not None and prompt is not None:
+        if assembler.cut:  # cut past the output limit: the limit billed, at least
+            sent = len(json.dumps(params.get("messages"))) + len(json.dumps(params.get("tools")))
+            max_tokens = token_count(
+                params.get("max_tokens") or params.get("max_completion_tokens")
+            )
+            usage = Usage(
+                input_tokens=prompt if prompt is not None else estimate_tokens(sent),
+                output_tokens=max(max_tokens or 0, estimate_tokens(assembler.output_chars)),
+                requests=1,
+            )
+        elif reported is not None and prompt is not None:
             details = reported.get("prompt_tokens_details")
             cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
             if cached is None:

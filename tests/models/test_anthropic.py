@@ -37,6 +37,7 @@ from support.clocks import jump_when_idle
 from support.fake_messages_server import (
     Drop,
     DropMidStream,
+    Endless,
     Error,
     FakeMessagesServer,
     Malformed,
@@ -1179,3 +1180,17 @@ async def test_usage_figures_that_are_not_counts_are_taken_as_missing_not_a_cras
     assert first.usage.input_tokens > 0 and first.usage.cache_read_tokens == 0
     assert first.usage.output_tokens == 15  # the figures that are counts are kept
     assert (second.usage.input_tokens, second.usage.output_tokens) == (20, 15)
+
+
+async def test_an_endless_stream_is_cut_at_the_output_limit_and_billed_for_it(
+    server: FakeMessagesServer,
+) -> None:
+    server.push(Endless(size=100))
+    async with open_ctx() as ctx:
+        result = await model_for(server).request(make_request(max_tokens=100), ctx)
+    assert result.stop_reason == "max_tokens"
+    (block,) = result.content
+    assert isinstance(block, TextBlock)
+    limit = 100 * 32 + 4096  # characters: more than 100 tokens of any tokenizer can hold
+    assert limit < len(block.text) <= limit + 100  # read to the limit, not to the server's end
+    assert result.usage.output_tokens >= 100  # billed the limit at least, not 0

@@ -31,6 +31,7 @@ from support.fake_chat_server import (
     Completion,
     Drop,
     DropMidStream,
+    Endless,
     Error,
     FakeChatServer,
     Malformed,
@@ -1048,3 +1049,25 @@ async def test_usage_figures_that_are_not_counts_are_taken_as_missing_not_a_cras
     assert (second.usage.input_tokens, second.usage.output_tokens) == (920, 2)
     # counts written as a digit string or a whole float are counts
     assert (third.usage.input_tokens, third.usage.output_tokens) == (920, 15)
+
+
+async def test_an_endless_stream_is_cut_at_the_output_limit_and_billed_for_it(
+    server: FakeChatServer,
+) -> None:
+    server.push(Endless(size=100))
+    async with open_ctx() as ctx:
+        result = await model_for(server).request(make_request(max_tokens=100), ctx)
+    assert (result.stop_reason, result.finish_reason) == ("max_tokens", "length")
+    (block,) = result.content
+    assert isinstance(block, TextBlock)
+    limit = 100 * 32 + 4096  # characters: more than 100 tokens of any tokenizer can hold
+    assert limit < len(block.text) <= limit + 100  # read to the limit, not to the server's end
+    assert result.usage.output_tokens >= 100  # billed the limit at least, not 0
+
+
+async def test_a_long_answer_within_the_limit_is_not_cut(server: FakeChatServer) -> None:
+    answer = "y" * 3_000  # 30 characters a token of a 100-token limit: long, yet possible
+    server.push(text(answer))
+    async with open_ctx() as ctx:
+        result = await model_for(server).request(make_request(max_tokens=100), ctx)
+    assert result.content == (TextBlock(answer),) and result.stop_reason == "end_turn"

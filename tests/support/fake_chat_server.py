@@ -58,6 +58,7 @@ __all__ = [
     "Completion",
     "Drop",
     "DropMidStream",
+    "Endless",
     "Error",
     "FakeChatServer",
     "Malformed",
@@ -156,7 +157,19 @@ class Stall:
     then: Completion | None = None
 
 
-Reply: TypeAlias = Completion | Error | Drop | DropMidStream | StreamError | Malformed | Stall
+@dataclass(frozen=True)
+class Endless:
+    """Start a streamed answer and send text deltas of ``size`` characters, never a finish
+    reason nor usage, until the client goes away (or, a bound for a client that never does,
+    ``chunks`` deltas were sent: then the stream ends, still without a finish reason)."""
+
+    size: int = 100
+    chunks: int = 100_000
+
+
+Reply: TypeAlias = (
+    Completion | Error | Drop | DropMidStream | StreamError | Malformed | Stall | Endless
+)
 Responder: TypeAlias = Callable[[dict[str, Any]], Reply]
 
 
@@ -658,7 +671,9 @@ class FakeChatServer:
     ) -> None:
         """A successful answer (possibly broken part way, for the stream-failure replies)."""
         completion = reply if isinstance(reply, Completion) else None
-        if isinstance(reply, DropMidStream | Stall):
+        if isinstance(reply, Endless):
+            completion = text("")
+        elif isinstance(reply, DropMidStream | Stall):
             completion = reply.then or text("late" if isinstance(reply, Stall) else "never done")
         if completion is None:  # StreamError
             completion = text("")
@@ -715,6 +730,21 @@ class FakeChatServer:
                 send(chunk)
             self._drop(h)
             return
+        elif isinstance(reply, Endless):
+            send(chunks[0])
+            piece = {
+                "id": msg_id,
+                "object": "chat.completion.chunk",
+                "created": 1_700_000_000,
+                "model": model,
+                "choices": [{"index": 0, "delta": {"content": "x" * reply.size}}],
+            }
+            data = f"data: {json.dumps(piece)}\n\n".encode()
+            try:
+                for _ in range(reply.chunks):
+                    send(data)
+            except OSError:  # the client went away: what the test is about
+                return
         elif isinstance(reply, Stall):  # mid-stream stall
             send(chunks[0])
             self.stalled.set()

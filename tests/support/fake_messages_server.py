@@ -46,6 +46,7 @@ __all__ = [
     "CacheUsage",
     "Drop",
     "DropMidStream",
+    "Endless",
     "Error",
     "FakeMessagesServer",
     "Malformed",
@@ -134,7 +135,19 @@ class Stall:
     then: Message | None = None
 
 
-Reply: TypeAlias = Message | Error | Drop | DropMidStream | StreamError | Malformed | Stall
+@dataclass(frozen=True)
+class Endless:
+    """Start a streamed answer (``message_start``, a text block) and send text deltas of
+    ``size`` characters, never a stop reason, until the client goes away (or, a bound for a
+    client that never does, ``chunks`` deltas were sent: then the stream ends unfinished)."""
+
+    size: int = 100
+    chunks: int = 100_000
+
+
+Reply: TypeAlias = (
+    Message | Error | Drop | DropMidStream | StreamError | Malformed | Stall | Endless
+)
 Responder: TypeAlias = Callable[[dict[str, Any]], Reply]
 
 
@@ -693,7 +706,9 @@ class FakeMessagesServer:
     ) -> None:
         """A successful answer (possibly broken part way, for the stream-failure replies)."""
         message = reply if isinstance(reply, Message) else None
-        if isinstance(reply, DropMidStream | Stall):
+        if isinstance(reply, Endless):
+            message = text("")
+        elif isinstance(reply, DropMidStream | Stall):
             message = reply.then or text("late" if isinstance(reply, Stall) else "never finished")
         if message is None:  # StreamError: a message_start, then the error
             message = text("")
@@ -737,6 +752,24 @@ class FakeMessagesServer:
                 chunk(event)
             self._drop(h)
             return
+        elif isinstance(reply, Endless):
+            chunk(events[0])
+            block = {"type": "text", "text": ""}
+            chunk(
+                _sse(
+                    "content_block_start",
+                    {"type": "content_block_start", "index": 0, "content_block": block},
+                )
+            )
+            delta = {"type": "text_delta", "text": "x" * reply.size}
+            data = _sse(
+                "content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}
+            )
+            try:
+                for _ in range(reply.chunks):
+                    chunk(data)
+            except OSError:  # the client went away: what the test is about
+                return
         elif isinstance(reply, Stall):  # mid-stream stall
             chunk(events[0])
             self.stalled.set()
