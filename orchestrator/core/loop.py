@@ -17,7 +17,7 @@ from functools import partial
 from typing import Any
 
 import trio
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import Span, SpanKind
 
 from ..models.base import ModelResponse
 from ..tracing import spans
@@ -241,7 +241,7 @@ def _calls_final(calls: list[ToolUseBlock]) -> bool:
 
 
 async def _final_step(
-    node: AgentNode, run: RunState, state: _LoopState, calls: list[ToolUseBlock], turn_span: Any
+    node: AgentNode, run: RunState, state: _LoopState, calls: list[ToolUseBlock], turn_span: Span
 ) -> None:
     """EXECUTE and RESUME for a typed agent's turn that calls ``final_result``: a valid one
     ends the agent (the turn's other calls do not run); a rejected one is answered with its
@@ -265,7 +265,7 @@ def _end_if_no_turns_left(node: AgentNode, state: _LoopState) -> None:
 
 
 async def _ask_again(
-    node: AgentNode, run: RunState, state: _LoopState, turn_span: Any, asked: AskAgain
+    node: AgentNode, run: RunState, state: _LoopState, turn_span: Span, asked: AskAgain
 ) -> Parsed:
     """What PARSE asked for instead of a next turn: the turn's call made again with a larger
     output cap (a tool call was cut), or a compaction (the context window filled mid-reply)."""
@@ -292,7 +292,7 @@ async def _ask_again(
 
 
 async def _generate_step(
-    node: AgentNode, run: RunState, state: _LoopState, turn_span: Any
+    node: AgentNode, run: RunState, state: _LoopState, turn_span: Span
 ) -> ModelResponse | Ended:
     """GENERATE: fit the context, call the model; the reply to parse, or how the agent ends.
 
@@ -356,7 +356,7 @@ async def _call_model(
 def _record_turn(
     node: AgentNode,
     run: RunState,
-    turn_span: Any,
+    turn_span: Span,
     response: ModelResponse,
     state: _LoopState,
 ) -> None:
