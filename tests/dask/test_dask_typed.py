@@ -78,3 +78,18 @@ async def test_a_journaled_remote_typed_child_resumes_to_the_same_value(
     assert all(type(c.output) is trees.Finding for c in again.children)
     # replayed from the journal's JSON, and validated again here (not run on a worker)
     assert sorted(trees.VALIDATED_IN_MAIN) == ["ALPHA in a worker", "BETA in a worker"]
+
+
+async def test_every_typed_value_of_a_remote_subtree_is_validated_again_by_the_parent(
+    dask_client,
+):
+    trees.VALIDATED_IN_MAIN.clear()
+    result = await run(trees.DEEP_LEAD, "alpha", model=trees.DEEP_MODEL, runner=runner(dask_client))
+    assert result.status is RunStatus.COMPLETED, result.error
+    [middle] = result.children
+    [worker] = middle.children  # it ran on the worker too, under its remote parent
+    # both values validated again in this process (before the Findings built below)
+    assert trees.VALIDATED_IN_MAIN == ["ALPHA in a worker", "ALPHA in a worker"]
+    assert middle.output == trees.Finding(key="middle of alpha", value="ALPHA in a worker")
+    assert worker.output == trees.Finding(key="alpha", value="ALPHA in a worker")
+    assert type(middle.output) is type(worker.output) is trees.Finding

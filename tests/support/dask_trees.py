@@ -198,3 +198,30 @@ def typed_answer(request: object) -> object:
 
 
 TYPED_MODEL = FunctionModel(typed_answer)
+
+
+def deep_answer(request: object) -> object:
+    """:func:`typed_answer`, with a typed "middle" agent between the lead and the workers: it
+    spawns a worker for its task and answers a :class:`Finding` of what the worker found."""
+    agent = request.agent  # type: ignore[attr-defined]
+    messages = request.messages  # type: ignore[attr-defined]
+    if agent.name == "lead" and len(messages) == 1:
+        task = messages[0].content[0].text
+        return tool_call("spawn_subagent", {"agent": "middle", "task": task})
+    if agent.name != "middle":
+        return typed_answer(request)
+    if len(messages) == 1:
+        return spawns(messages[0].content[0].text)
+    found = Finding.model_validate_json(messages[-1].content[0].content)
+    return final(Finding(key=f"middle of {found.key}", value=found.value))
+
+
+TYPED_MIDDLE = Agent(
+    "middle",
+    "You delegate.",
+    description="asks a worker",
+    subagents=[TYPED_WORKER],
+    output_type=Finding,
+)
+DEEP_LEAD = Agent("lead", "You lead.", subagents=[TYPED_MIDDLE])
+DEEP_MODEL = FunctionModel(deep_answer)
