@@ -173,3 +173,14 @@ def test_run_and_resume_help_list_every_exit_code(cli: Cli) -> None:
         for status, code in EXIT_CODES.items():
             assert f"{code} {status.value}" in listed
         assert "2 bad usage" in listed
+
+
+def test_resume_prints_the_same_typed_answer_from_the_journal(cli: Cli, work: Path) -> None:
+    first = cli("run", "typed.py", "go", "--json")
+    assert first.returncode == 0, first.stderr
+    doc = json.loads(first.stdout)
+    again = cli("resume", doc["run_id"])  # the tree file loaded again: its classes are new
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == json.dumps(doc["output"], indent=2) + "\n"
+    resumed = json.loads(cli("resume", doc["run_id"], "--json").stdout)
+    assert resumed["tree"]["children"][0]["output"] == doc["tree"]["children"][0]["output"]
