@@ -27,6 +27,9 @@ __all__ = ["compile_pattern"]
 _MAX_PROGRAM: Final = 20_000
 """Instructions a pattern may compile to (``x{1000}`` is a thousand)."""
 
+_MAX_MEMO: Final = 20_000
+"""Entries each memo of a pattern's matcher keeps (state sets by character and position)."""
+
 _CHAR, _SPLIT, _JMP, _ASSERT, _MATCH = range(5)
 
 
@@ -197,12 +200,22 @@ def _searcher(program: list[tuple[Any, ...]], anchored: bool, c: Any) -> Callabl
 
 
 class _Searcher:
-    """Runs a compiled program over a string: the set of live states, position by position."""
+    """Runs a compiled program over a string: the set of live states, position by position.
+
+    The sets met are remembered (a lazy DFA): the next set from a set and a character, and the
+    states a set reaches without reading, keyed by what the assertions can see at a position
+    (the ends, and for ``\\b`` the characters beside it). A string then costs a few dictionary
+    lookups per character; the memory is capped (:data:`_MAX_MEMO` entries, then forgotten).
+    """
 
     def __init__(self, program: list[tuple[Any, ...]], anchored: bool, c: Any) -> None:
         self.program = program
         self.anchored = anchored
         self.c = c
+        kinds = {i[1] for i in program if i[0] == _ASSERT}
+        self.boundaries = bool(kinds & {c.AT_BOUNDARY, c.AT_NON_BOUNDARY})
+        self.steps: dict[tuple[tuple[int, ...], str], tuple[int, ...]] = {}
+        self.closures: dict[tuple[Any, ...], tuple[int, ...]] = {}
 
     def holds(self, kind: Any, text: str, pos: int) -> bool:
         c = self.c
@@ -218,9 +231,17 @@ class _Searcher:
         after = pos < len(text) and _is_word(text[pos])
         return (before != after) is (kind is c.AT_BOUNDARY)
 
-    def closure(self, starts: list[int], text: str, pos: int) -> list[int]:
+    def closure(self, starts: tuple[int, ...], text: str, pos: int) -> tuple[int, ...]:
         """The character-reading states reachable from ``starts`` without reading; -1 stands
         for a match."""
+        n = len(text)
+        end = 0 if pos == n else 1 if pos == n - 1 and text[pos] == "\n" else 2
+        key: tuple[Any, ...] = (starts, pos == 0, end)
+        if self.boundaries:
+            key += (n == 0, pos > 0 and _is_word(text[pos - 1]), pos < n and _is_word(text[pos]))
+        found = self.closures.get(key)
+        if found is not None:
+            return found
         program = self.program
         seen: set[int] = set()
         out: list[int] = []
@@ -244,18 +265,35 @@ class _Searcher:
                     stack.append(pc + 1)
             else:
                 out.append(-1)
-        return out
+        found = tuple(out)
+        self.remember(self.closures, key, found)
+        return found
 
-    def search(self, text: str) -> bool:
-        program = self.program
-        states = self.closure([0], text, 0)
-        for pos, ch in enumerate(text):
-            if -1 in states:
-                return True
+    def step(self, states: tuple[int, ...], ch: str) -> tuple[int, ...]:
+        """The states after reading ``ch`` (and, unanchored, a match starting after it)."""
+        found = self.steps.get((states, ch))
+        if found is None:
+            program = self.program
             advanced = [pc + 1 for pc in states if pc >= 0 and program[pc][1](ch)]
             if not self.anchored:
                 advanced.append(0)  # a match may start at the next position too
-            elif not advanced:
+            found = tuple(advanced)
+            self.remember(self.steps, (states, ch), found)
+        return found
+
+    @staticmethod
+    def remember(memo: dict[Any, tuple[int, ...]], key: Any, value: tuple[int, ...]) -> None:
+        if len(memo) >= _MAX_MEMO:
+            memo.clear()  # a string of many different characters: start again, still linear
+        memo[key] = value
+
+    def search(self, text: str) -> bool:
+        states = self.closure((0,), text, 0)
+        for pos, ch in enumerate(text):
+            if -1 in states:
+                return True
+            advanced = self.step(states, ch)
+            if not advanced:
                 return False
             states = self.closure(advanced, text, pos + 1)
         return -1 in states
