@@ -144,9 +144,10 @@ class Connection:
             target: Any
             if isinstance(transport, StdioTransport):
                 errlog = await self._stderr_pipe(stack)
+                command, args = _tethered(transport)
                 params = StdioServerParameters(
-                    command=transport.command,
-                    args=list(transport.args),
+                    command=command,
+                    args=args,
                     env=dict(transport.env) if transport.env is not None else None,
                     cwd=transport.cwd,
                     # bytes that are not UTF-8 are read as U+FFFD ("strict" stops the reader
@@ -431,6 +432,49 @@ class Connection:
     def _stderr_tail(self) -> str:
         line = last_line(self.stderr_path)
         return f"; its last stderr line: {line}" if line else ""
+
+
+_TETHER = """\
+import os, signal, sys, time
+parent, command = int(sys.argv[1]), sys.argv[2:]
+child = os.fork()
+if child == 0:
+    os.execvp(command[0], command)
+def forward(signum, frame):
+    os.kill(child, signum)
+for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(signum, forward)
+while True:
+    done, status = os.waitpid(child, os.WNOHANG)
+    if done:
+        sys.exit(os.waitstatus_to_exitcode(status) % 256)
+    if os.getppid() != parent:
+        os.killpg(0, signal.SIGTERM)  # the keeper passes its own on to the server
+        for _ in range(20):
+            time.sleep(0.1)
+            if os.waitpid(child, os.WNOHANG)[0]:
+                sys.exit(0)
+        os.killpg(0, signal.SIGKILL)
+    time.sleep(0.2)
+"""
+"""A stdio server's keeper: the SDK starts servers in a session of their own (a Ctrl-C to the
+terminal must not reach them), so nothing ended them when the run's process was killed (SIGKILL
+runs no cleanup). The keeper starts the server as its child, in its session, passes on the
+signals the SDK's shutdown sends, and ends the session (SIGTERM, then SIGKILL 2 s later) once
+the process that started it is gone. A parent-death signal would not do: it fires when the
+spawning thread exits, and the SDK spawns from a worker thread."""
+
+
+def _tethered(transport: StdioTransport) -> tuple[str, list[str]]:
+    """The command that starts ``transport``'s server under :data:`_TETHER` (on POSIX, and
+    when the command is found: else as given, so the SDK names a command not found)."""
+    import shutil
+    import sys
+
+    path = (transport.env or {}).get("PATH") or os.environ.get("PATH")
+    if os.name != "posix" or shutil.which(transport.command, path=path) is None:
+        return transport.command, list(transport.args)
+    return sys.executable, ["-c", _TETHER, str(os.getpid()), transport.command, *transport.args]
 
 
 class _TailLog:

@@ -5,7 +5,8 @@
 Over stdio by default, or streamable HTTP on 127.0.0.1:PORT (path ``/mcp``). Variants change
 what it offers or how it misbehaves: ``default``; ``collide`` (two tools whose exposed names
 are the same); ``long`` (a tool whose exposed name is past 64 characters); ``chatty`` (5 MB
-of stderr, then the default tools); ``fail-start``
+of stderr, then the default tools); ``helper`` (the default tools, and a process of its own
+started beside them, its pid in ``helper.pid``, as ``npx`` starts ``node``); ``fail-start``
 (writes a reason to stderr and exits before speaking MCP); ``mute`` (reads stdin, never
 answers); ``slow-start`` (the default tools, once a second ``slow-start`` server is starting
 too: ``started-PID`` marks its start, ``ready-PID`` says ``together``, or ``alone`` when it gave
@@ -202,6 +203,14 @@ def main() -> None:
             time.sleep(0.01)
         together = len(list(markers.glob("started-*"))) >= 2
         (markers / f"ready-{os.getpid()}").write_text("together" if together else "alone")
+        args.variant = "default"
+    if args.variant == "helper":  # a process of its own beside it (as npx starts node)
+        import subprocess
+
+        helper = subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(600)"], stdin=subprocess.DEVNULL
+        )
+        (Path(args.marker_dir) / "helper.pid").write_text(str(helper.pid))
         args.variant = "default"
     if args.variant == "chatty":  # 5 MB of stderr before it serves, then its last words
         for i in range(50_000):

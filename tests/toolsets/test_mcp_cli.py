@@ -181,3 +181,63 @@ def test_bad_input_is_one_line_and_exit_2_with_nothing_left_running(
     assert line.startswith("orchestrator: ") and expected in line, line
     assert "Traceback" not in proc.stderr
     assert running_with(str(tmp_path)) == []
+
+
+SLEEPER = """\
+from orchestrator import Agent
+from orchestrator.models import ScriptedModel, text, tool_call
+
+agent = Agent(
+    "root",
+    "Sleep.",
+    model=ScriptedModel(
+        [tool_call("test__sleep", {{"seconds": 600, "marker": "nap"}}), text("slept")]
+    ),
+)
+"""
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie no reaper has collected yet does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def test_a_stdio_server_and_what_it_started_die_with_a_sigkilled_command(tmp_path: Path) -> None:
+    (tmp_path / "agents.py").write_text(SLEEPER.format())
+    command = [sys.executable, "-m", "orchestrator.cli", "run", "agents.py", "Go.", "--quiet"]
+    server = [sys.executable, str(SERVER), "--variant", "helper", "--marker-dir", str(tmp_path)]
+    proc = subprocess.Popen(
+        [*command, "--mcp", f"test={shlex.join(server)}"],
+        cwd=tmp_path,
+        env=env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    pids: list[int] = []
+    try:
+        deadline = time.monotonic() + 60  # the call reaches the server (a bound, not a window)
+        while not (tmp_path / "nap.started").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "the call never started"
+            time.sleep(0.05)
+        (log,) = (tmp_path / "runs").glob("*.mcp-test.stderr.log")
+        pids = [
+            int(log.read_text().split("(pid ")[1].split(")")[0]),  # the server
+            int((tmp_path / "helper.pid").read_text()),  # and the process it started
+        ]
+        assert all(map(alive, pids))
+        proc.kill()  # SIGKILL: the command runs no cleanup of its own
+        proc.wait(10)
+        deadline = time.monotonic() + 30  # ends once the keeper sees its parent gone
+        while any(map(alive, pids)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [pid for pid in pids if alive(pid)], "outlived the command"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in pids:  # what this test started, if it failed
+            if alive(pid):
+                os.kill(pid, 9)
