@@ -474,7 +474,9 @@ def _tethered(transport: StdioTransport) -> tuple[str, list[str]]:
     path = (transport.env or {}).get("PATH") or os.environ.get("PATH")
     if os.name != "posix" or shutil.which(transport.command, path=path) is None:
         return transport.command, list(transport.args)
-    return sys.executable, ["-c", _TETHER, str(os.getpid()), transport.command, *transport.args]
+    # -I -S: no site packages nor environment to read; the keeper needs the standard library
+    keeper = ["-I", "-S", "-c", _TETHER, str(os.getpid())]
+    return sys.executable, [*keeper, transport.command, *transport.args]
 
 
 class _TailLog:
