@@ -34,9 +34,11 @@ if TYPE_CHECKING:
     from .core.messages import ToolUseBlock as ToolUseBlock
     from .core.messages import Usage as Usage
     from .core.output import OutputContext as OutputContext
+    from .core.policy import DEFER as DEFER
     from .core.policy import PendingCall as PendingCall
     from .core.policy import Policy as Policy
     from .core.redact import redact as redact
+    from .core.result import PendingApproval as PendingApproval
     from .core.result import RunResult as RunResult
     from .core.result import RunStatus as RunStatus
     from .core.resume import resume as resume
@@ -60,6 +62,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_LIMITS",
+    "DEFER",
     "Agent",
     "BudgetLease",
     "ChildOutcome",
@@ -80,6 +83,7 @@ __all__ = [
     "OutputContext",
     "OutputRejected",
     "Parent",
+    "PendingApproval",
     "PendingCall",
     "Policy",
     "RunFailedError",
@@ -130,6 +134,8 @@ _LAZY: dict[str, str] = {
     "ToolUseBlock": "orchestrator.core.messages",
     "Usage": "orchestrator.core.messages",
     "OutputContext": "orchestrator.core.output",
+    "DEFER": "orchestrator.core.policy",
+    "PendingApproval": "orchestrator.core.result",
     "PendingCall": "orchestrator.core.policy",
     "Policy": "orchestrator.core.policy",
     "RunResult": "orchestrator.core.result",

@@ -38,7 +38,7 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Generic, TypeVar
 
@@ -62,7 +62,7 @@ from .core.run import open_run as _trio_open_run
 from .core.runner import ChildRunner
 from .models.base import Model
 
-__all__ = ["AioEvents", "AioRunHandle", "open_run", "run"]
+__all__ = ["AioEvents", "AioRunHandle", "open_run", "resume", "run"]
 
 _logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -597,6 +597,58 @@ async def run(
                 raise  # the run itself was cancelled from outside (the guest's)
             _cancel(host, bridge)
             _leave(host, bridge)
+            await _wind_down(host, bridge)
+            raise
+    finally:
+        await host.wait_settled()
+
+
+async def resume(
+    journal_path: str | os.PathLike[str],
+    *,
+    agent: Agent | None = None,
+    approvals: Mapping[str, bool] | None = None,
+    **options: Any,
+) -> RunResult[Any]:
+    """:func:`orchestrator.resume` for asyncio code: ``await aio.resume(path, approvals=...)``.
+
+    The same arguments and result (a web application deciding a parked call answers its
+    request with this). Cancelling the awaiting task cancels the resumed run; the
+    ``CancelledError`` is raised once the tree has wound down.
+    """
+    from .core.resume import resume as trio_resume
+
+    host = _host()
+    bridge = _Bridge(host.loop)
+    ctx = contextvars.copy_context()
+
+    async def job() -> None:
+        _enter_context(ctx)
+        try:
+            with trio.CancelScope() as leave:
+                bridge.leave = leave
+                if bridge.leave_requested:
+                    leave.cancel()
+                result = await trio_resume(
+                    journal_path, agent=agent, approvals=approvals, **options
+                )
+        except (KeyboardInterrupt, SystemExit) as exc:
+            bridge.fail(exc)
+            raise
+        except BaseException as exc:  # this run's alone: no other run of the guest sees it
+            bridge.fail(exc)
+        else:
+            if not bridge.finished.done():
+                bridge.finished.set_result(result)
+
+    host.submit(job)
+    try:
+        try:
+            return await asyncio.shield(bridge.finished)
+        except asyncio.CancelledError:
+            if bridge.finished.done():
+                raise
+            _leave(host, bridge)  # cancels the resumed run, which winds down
             await _wind_down(host, bridge)
             raise
     finally:

@@ -17,6 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "orchestrator"
 EXPORTS = {
     "orchestrator": [
         "DEFAULT_LIMITS",
+        "DEFER",
         "Agent",
         "BudgetLease",
         "ChildOutcome",
@@ -37,6 +38,7 @@ EXPORTS = {
         "OutputContext",
         "OutputRejected",
         "Parent",
+        "PendingApproval",
         "PendingCall",
         "Policy",
         "RunFailedError",
@@ -103,7 +105,7 @@ EXPORTS = {
     ],
     "orchestrator.mcp": ["MCPServer"],
     "orchestrator.tools": ["Tool", "ToolContext", "ToolError", "tool"],
-    "orchestrator.aio": ["AioEvents", "AioRunHandle", "open_run", "run"],
+    "orchestrator.aio": ["AioEvents", "AioRunHandle", "open_run", "resume", "run"],
     "orchestrator.testing": [
         "ConformanceError",
         "FunctionModel",

@@ -37,6 +37,7 @@ EXIT_CODES: dict[RunStatus, int] = {
     RunStatus.REFUSAL: 8,
     RunStatus.CONTEXT_EXCEEDED: 9,
     RunStatus.INVALID_OUTPUT: 10,
+    RunStatus.AWAITING_APPROVAL: 11,
     RunStatus.CANCELLED: 130,
 }
 EXIT_USAGE = 2

@@ -7,7 +7,7 @@ share with this module (the exit codes, the usage error, the stream helpers) is 
 
 Exit codes: 0 completed; 1 error; 2 bad usage or input (file, name, tree); 3 max_turns;
 4 timeout; 5 budget_exceeded; 6 repeat_guard; 7 error_threshold; 8 refusal;
-9 context_exceeded; 10 invalid_output; 130 cancelled (Ctrl-C).
+9 context_exceeded; 10 invalid_output; 11 awaiting_approval; 130 cancelled (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -160,7 +160,19 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_exit_codes_text(),
     )
     resume.add_argument("run", help="run id (a unique prefix of one) or journal file (.db)")
-    for p in (run, resume):
+    approve = sub.add_parser(
+        "approve",
+        help="decide the calls a run parked (--approve defer), then go on as resume does",
+    )
+    approve.add_argument("run", help="run id (a unique prefix of one) or journal file (.db)")
+    approve.add_argument(
+        "--allow", action="append", default=[], metavar="ID", help="run this parked call"
+    )
+    approve.add_argument(
+        "--deny", action="append", default=[], metavar="ID", help="decline this parked call"
+    )
+    approve.add_argument("--allow-all", action="store_true", help="run every parked call")
+    for p in (run, resume, approve):
         _add_run_options(p)
 
     trace = sub.add_parser("trace", help="look at saved traces")
@@ -208,9 +220,11 @@ def _add_run_options(run: argparse.ArgumentParser) -> None:
     run.add_argument("--quiet", action="store_true", help="print only the answer")
     run.add_argument(
         "--approve",
-        choices=["ask", "all", "none"],
+        choices=["ask", "all", "none", "defer"],
         help="calls behind a 'confirm' policy: ask on the terminal, one call at a time (the "
-        "default when stdin is a terminal), approve all, or decline all (the default otherwise)",
+        "default when stdin is a terminal), approve all, decline all (the default otherwise), "
+        "or defer: park them, end the run awaiting approval (exit 11), and decide later with "
+        "`orchestrator approve`",
     )
     run.add_argument(
         "--dry-run", action="store_true", help="validate the tree and print its worst case"
@@ -298,6 +312,10 @@ def _command(name: str) -> Callable[[argparse.Namespace], int]:
         from .run import cmd_resume
 
         return cmd_resume
+    if name == "approve":
+        from .run import cmd_approve
+
+        return cmd_approve
     from .trace import cmd_trace
 
     return cmd_trace

@@ -44,7 +44,14 @@ if TYPE_CHECKING:
     from ..core.runner import ChildRunner
     from ..tracing.setup import TracingSetup
 
-__all__ = ["cmd_resume", "cmd_run", "load_agent", "offline_fallback", "offline_providers"]
+__all__ = [
+    "cmd_approve",
+    "cmd_resume",
+    "cmd_run",
+    "load_agent",
+    "offline_fallback",
+    "offline_providers",
+]
 
 
 def load_agent(target: str) -> Agent:
@@ -180,6 +187,10 @@ async def _run_tree(
         policy = Policy(approver=TerminalApprover(out, control=control))
     elif approve == "all":
         policy = Policy(approver=_approve_every_call)
+    elif approve == "defer":  # parked for `orchestrator approve`, in another process
+        from ..core.policy import DEFER
+
+        policy = Policy(approver=DEFER)
     with _SignalGuard(live=progress == "live") as guard:
         async with open_run(
             agent,
@@ -384,7 +395,56 @@ def cmd_resume(args: argparse.Namespace) -> int:
         return _resume(args)
 
 
-def _resume(args: argparse.Namespace) -> int:
+def cmd_approve(args: argparse.Namespace) -> int:
+    """``orchestrator approve RUN [--allow ID ...] [--deny ID ...] [--allow-all]``: decide a
+    run's parked calls (recorded in its journal before anything acts on them), then go on as
+    ``resume`` does; calls not named stay parked. Without a decision, it lists the pending
+    calls (exit 11). A run that is not awaiting approval, or an id that names no pending call,
+    is one line, exit 2."""
+    from ..core.approvals import pending_of, resolve_approvals
+    from ..core.journal_sqlite import read_header, read_parked
+
+    with _corpus_for(args):
+        path = _journal_path(args.run, Path(args.runs_dir))
+        try:
+            header = read_header(path)
+            parked = read_parked(path)
+        except ConfigurationError as exc:
+            raise UsageError(str(exc)) from None
+        pending = pending_of(parked)
+        if not pending:  # (a run killed while a call was parked has one: it may be decided)
+            raise UsageError(
+                f"run {header.run_id} has no call waiting for approval (it ended "
+                f"{header.status or 'without recording its end'})"
+            )
+        wanted: dict[str, bool] = {}
+        if args.allow_all:
+            wanted.update((c.id, True) for c in pending)
+        wanted.update((i, True) for i in args.allow)
+        wanted.update((i, False) for i in args.deny)
+        if not wanted:
+            _print_pending(header.run_id, pending, sys.stdout)
+            return EXIT_CODES[RunStatus.AWAITING_APPROVAL]
+        try:
+            decisions = resolve_approvals(wanted, parked)
+        except ConfigurationError as exc:
+            raise UsageError(str(exc)) from None
+        return _resume(args, decisions)
+
+
+def _print_pending(run_id: str, pending: list[Any], out: TextIO) -> None:
+    """The parked calls, one a line, and how to decide them."""
+    secrets = secret_values()
+    for call in pending:
+        shown = json.dumps(call.input, ensure_ascii=False)
+        if len(shown) > 600:
+            shown = f"{shown[:300]} … ({len(shown) - 500:,} characters not shown) … {shown[-200:]}"
+        line = f"  {call.id}  {call.agent_path}  {call.tool} {shown}"
+        out.write(terminal_safe(redact(line, secrets)) + "\n")
+    out.write(f"decide with: orchestrator approve {run_id} --allow ID | --deny ID | --allow-all\n")
+
+
+def _resume(args: argparse.Namespace, approvals: dict[Any, bool] | None = None) -> int:
     from ..core.journal_sqlite import read_header
     from ..core.treeref import check_tree
 
@@ -406,6 +466,7 @@ def _resume(args: argparse.Namespace) -> int:
     elif args.model is None and isinstance(header.options.get("model"), str):
         args.model = header.options["model"]  # a journal from Python: its model, if a string
     plan = _JournalPlan(path, header.tree_ref, resume=True, recorded_limits=header.options)
+    plan.approvals = approvals or {}
     return _launch(args, defined, header.prompt, header.run_id, plan)
 
 
@@ -503,6 +564,8 @@ class _JournalPlan:
         self.tree_ref = tree_ref
         self.resume = resume
         self.options = recorded_limits or {}
+        self.approvals: dict[Any, bool] = {}
+        """A person's decisions on parked calls, recorded when the journal opens."""
 
     def open(
         self,
@@ -518,7 +581,14 @@ class _JournalPlan:
 
         try:
             if self.resume:
-                return SQLiteJournal.open(self.path)
+                journal = SQLiteJournal.open(self.path)
+                if self.approvals:  # on record before they act: never asked again
+                    try:
+                        journal.record_decisions(self.approvals)
+                    except BaseException:
+                        journal.close()
+                        raise
+                return journal
             header = journal_header(
                 defined, prompt, run_id, tree_ref=self.tree_ref, model=model, limits=limits
             )
@@ -769,6 +839,8 @@ def _report(
         code = EXIT_CODES[RunStatus.CANCELLED]
     if result.status is not RunStatus.COMPLETED and not args.json:
         err.write(terminal_safe(f"run ended with {result.status.value}: {result.error}") + "\n")
+        if result.pending_approvals:
+            _print_pending(result.run_id, result.pending_approvals, err)
     if not (args.quiet or args.json):
         err.write(terminal_safe(_summary(result, wall, trace)) + "\n")
     return code
@@ -832,6 +904,8 @@ def _write_answer(
             "offline": offline,
             "tree": result.to_dict(messages=bool(getattr(args, "transcripts", False))),
         }
+        if result.pending_approvals:
+            payload["pending_approvals"] = [p.to_dict() for p in result.pending_approvals]
         _write_stdout(json.dumps(_redacted(payload, secrets)) + "\n")
     elif typed is not None:  # a typed answer: its JSON, indented for a reader
         value = _redacted(json.loads(typed), secrets)

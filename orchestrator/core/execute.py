@@ -33,6 +33,7 @@ import trio
 from opentelemetry.trace import SpanKind
 
 from ..tracing import spans
+from .approvals import DECLINED_BY_A_PERSON
 from .cancellation import (
     SignalInterrupt,
     interrupted_by_signal,
@@ -43,7 +44,7 @@ from .errors import ToolError, exception_type
 from .events import ToolFinished, ToolStarted
 from .inprocess import SpawnSide
 from .messages import ToolResultBlock, ToolUseBlock, canonical_json, well_formed
-from .policy import Decision, PendingCall
+from .policy import PARK, Decision, Park, PendingCall
 from .redact import redact
 from .state import AgentNode, RunState, _AskInOrder
 from .tools import (
@@ -93,6 +94,8 @@ async def _execute(
             results[i] = result
     node.in_flight = results
     node.started_calls.clear()  # ids may repeat across turns: only this step's count
+    if run.parking is not None:  # a run that may park calls: which of this step's wait
+        run.parking.step_started(node, len(calls) - len(given or ()))
     try:
         if len(calls) == 1 and not given:
             await _call_one(node, run, 0, calls[0], results)
@@ -138,9 +141,16 @@ async def _call_one(  # noqa: C901 - the hot path, kept in one frame (docs/perfo
             refusal = None  # the common case, without building the approver's view of the call
         else:
             refusal, refused_as = await _screen(node, run, index, call, held, decision)
+            if isinstance(
+                refusal, Park
+            ):  # never half-run: on record, then it waits for the run's end
+                assert run.parking is not None
+                if s.is_recording():
+                    s.set_attribute("orchestrator.parked", True)
+                await run.parking.park(node, index, call)
         if replay is not None:
             pass
-        elif refusal is not None:
+        elif isinstance(refusal, str):
             result = error_result(call.id, refusal, node.runtime.max_result_chars, refused_as)
             if node.spawns is not None:  # a declined spawn's agent allowance goes back now
                 node.spawns.decline(node, node.turns, index)
@@ -185,6 +195,8 @@ async def _call_one(  # noqa: C901 - the hot path, kept in one frame (docs/perfo
         if run.journal is not None and replay is None:  # on record before the model sees it
             await run.journaled(run.journal.record_result(node.path, node.turns, call.id, result))
         results[index] = result
+        if run.parking is not None:
+            run.parking.call_done(node, index)
         if run.tracer:
             spans.record_tool_result(s, result, run.capture)
         if run.events.enabled:
@@ -247,12 +259,22 @@ async def _screen(
     call: ToolUseBlock,
     held: Tool | None,
     decision: Decision,
-) -> tuple[str | None, str]:
-    """A call the policy does not simply allow: its refusal and error type, or ``None``.
+) -> tuple[str | Park | None, str]:
+    """A call the policy does not simply allow: its refusal and error type, ``None`` (it
+    runs), or :data:`.policy.PARK` (it waits for a person; a person's decision recorded by an
+    earlier run stands for the policy, and an undecided call parks again).
 
     Arguments are validated before any approver is asked (DESIGN's order); when several calls
     of the turn need approval they are asked in call order, whatever order they started in.
     """
+    if run.parking is not None:  # parked by an earlier run: a person's decision, or wait
+        decided = run.parking.decision(node, call)
+        if decided is True:
+            return None, "refused"
+        if decided is False:
+            return DECLINED_BY_A_PERSON.format(name=call.name), "declined"
+        if decided == "parked":
+            return PARK, "refused"
     order = node.ask_order if decision is Decision.CONFIRM else None
     try:
         if order is not None:

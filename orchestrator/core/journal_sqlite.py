@@ -39,11 +39,12 @@ from ..models.base import ModelResponse
 from .errors import ConfigurationError
 from .journal import RecordedCall
 from .messages import ToolResultBlock, Usage, block_from_wire, to_wire
+from .result import PendingApproval
 
 if TYPE_CHECKING:  # loaded by the functions that open a journal: a run without one never needs it
     import sqlite3
 
-__all__ = ["JournalHeader", "SQLiteJournal", "read_header"]
+__all__ = ["JournalHeader", "SQLiteJournal", "parked_calls", "read_header", "read_parked"]
 
 SCHEMA_VERSION = 1
 
@@ -53,12 +54,20 @@ CREATE TABLE IF NOT EXISTS responses (
     path TEXT NOT NULL, turn INTEGER NOT NULL, body TEXT NOT NULL,
     PRIMARY KEY (path, turn)
 );
+CREATE TABLE IF NOT EXISTS parked (
+    path TEXT NOT NULL, turn INTEGER NOT NULL, call_id TEXT NOT NULL, tool TEXT NOT NULL,
+    input TEXT NOT NULL, seq INTEGER NOT NULL, decision INTEGER, decided_at REAL,
+    PRIMARY KEY (path, turn, call_id)
+);
 CREATE TABLE IF NOT EXISTS calls (
     path TEXT NOT NULL, turn INTEGER NOT NULL, call_id TEXT NOT NULL,
     idempotent INTEGER NOT NULL, result TEXT, is_error INTEGER,
     PRIMARY KEY (path, turn, call_id)
 );
 """
+
+
+_PARKED_TABLE = _SCHEMA[_SCHEMA.index("CREATE TABLE IF NOT EXISTS parked") :].split(";")[0]
 
 
 @dataclass(frozen=True)
@@ -277,6 +286,7 @@ class SQLiteJournal:
         try:
             connection = _connect(where)
             header = _header_of(connection, where)
+            connection.execute(_PARKED_TABLE)  # a journal written before parking existed
         except BaseException as exc:
             if connection is not None:
                 connection.close()
@@ -387,6 +397,45 @@ class SQLiteJournal:
     async def run_ended(self, run_id: str, status: str) -> None:
         self._set_all((("status", status), ("ended_at", repr(time.time()))))
 
+    # -- parked calls (DEFER) ---------------------------------------------------------------
+
+    def parked(self) -> list[tuple[PendingApproval, bool | None]]:
+        """Every call parked in the run (by agent path, turn and id), with its decision."""
+        return parked_calls(self._db)
+
+    def record_parked(self, call: PendingApproval) -> None:
+        """A call parked for a person (kept as it is if it was parked before)."""
+        self._write(
+            "INSERT OR IGNORE INTO parked (path, turn, call_id, tool, input, seq) "
+            "VALUES (?, ?, ?, ?, ?, (SELECT count(*) FROM parked))",
+            (
+                call.agent_path,
+                call.turn,
+                call.id,
+                call.tool,
+                json.dumps(call.input, ensure_ascii=False, default=str),
+            ),
+        )
+
+    def record_decisions(self, decisions: Mapping[tuple[str, int, str], bool]) -> None:
+        """A person's decisions on parked calls, in one transaction, before they act."""
+        now = time.time()
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._db.executemany(
+                "UPDATE parked SET decision = ?, decided_at = ? "
+                "WHERE path = ? AND turn = ? AND call_id = ? AND decision IS NULL",
+                [
+                    (int(allow), now, path, turn, cid)
+                    for (path, turn, cid), allow in decisions.items()
+                ],
+            )
+            self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            raise
+
     # -- reading it -----------------------------------------------------------------------
 
     def counts(self) -> Mapping[str, int]:
@@ -396,6 +445,40 @@ class SQLiteJournal:
             "SELECT count(result), count(*) - count(result) FROM calls"
         ).fetchone()
         return {"responses": int(responses), "results": int(done), "in_flight": int(open_)}
+
+
+def parked_calls(connection: sqlite3.Connection) -> list[tuple[PendingApproval, bool | None]]:
+    """The parked calls a journal holds, by agent path, turn and id (the order concurrent
+    agents parked them in is the scheduler's), with their decisions (none in a journal
+    written before parking existed)."""
+    import sqlite3
+
+    try:
+        rows = connection.execute(
+            "SELECT path, turn, call_id, tool, input, decision FROM parked "
+            "ORDER BY path, turn, call_id"
+        ).fetchall()
+    except sqlite3.OperationalError:  # no such table
+        return []
+    out: list[tuple[PendingApproval, bool | None]] = []
+    for path, turn, call_id, tool, raw, decision in rows:
+        value = json.loads(raw)
+        call = PendingApproval(
+            str(call_id), str(path), str(tool), value if isinstance(value, dict) else {}, int(turn)
+        )
+        out.append((call, None if decision is None else bool(decision)))
+    return out
+
+
+def read_parked(path: str | os.PathLike[str]) -> list[tuple[PendingApproval, bool | None]]:
+    """The parked calls of the journal at ``path`` (read only; no lock taken)."""
+    import sqlite3
+
+    connection = sqlite3.connect(f"file:{Path(path)}?mode=ro", uri=True)
+    try:
+        return parked_calls(connection)
+    finally:
+        connection.close()
 
 
 def _remove(where: Path) -> None:

@@ -76,6 +76,17 @@ def _agent_attributes(node: AgentNode, run: RunState) -> dict[str, Any]:
 async def run_agent(node: AgentNode, run: RunState) -> None:
     """Run ``node``'s loop to its end. Cancellation from outside still finishes the node."""
     node.started_at = trio.current_time()
+    if run.parking is not None:  # a run that may park calls counts who is not waiting
+        run.parking.agent_started(node)
+        try:
+            await _run_agent(node, run)
+        finally:
+            run.parking.agent_finished(node)
+        return
+    await _run_agent(node, run)
+
+
+async def _run_agent(node: AgentNode, run: RunState) -> None:
     if run.events.enabled:
         run.events.emit(
             AgentStarted(

@@ -31,7 +31,17 @@ from .errors import ConfigurationError
 from .redact import redact
 from .tools import Tool, describe_exception
 
-__all__ = ["Approver", "Decision", "PendingCall", "Policy", "ask_approver", "is_pattern"]
+__all__ = [
+    "DEFER",
+    "PARK",
+    "Approver",
+    "Decision",
+    "Park",
+    "PendingCall",
+    "Policy",
+    "ask_approver",
+    "is_pattern",
+]
 
 RuleValue: TypeAlias = Literal["allow", "confirm", "deny"]
 _logger = logging.getLogger(__name__)
@@ -72,6 +82,36 @@ class PendingCall:
 
 
 Approver: TypeAlias = Callable[[PendingCall], bool | Awaitable[bool]]
+
+
+class _Defer:
+    """The approver :data:`DEFER`: not asked, it parks the call for a person to decide later."""
+
+    def __call__(self, call: PendingCall) -> bool:
+        raise ConfigurationError("DEFER parks a call; it is not an approver to call")
+
+    def __repr__(self) -> str:
+        return "DEFER"
+
+
+DEFER: Approver = _Defer()
+"""``Policy(..., approver=DEFER)``: a call that needs confirmation is parked, not declined.
+The agent that made it waits; when every running agent waits, the run ends
+``awaiting_approval`` with ``result.pending_approvals``, and ``resume(journal,
+approvals={id: True | False})`` (``orchestrator approve``) goes on. Needs a journal."""
+
+
+class Park:
+    """What :meth:`Policy.check` answers for a call to park (see :data:`DEFER`)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "PARK"
+
+
+PARK = Park()
+"""The one :class:`Park`."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +181,11 @@ class Policy:
         object.__setattr__(
             self, "_approvers", (self.approver,) if self.approver is not None else ()
         )
+
+    @property
+    def defers(self) -> bool:
+        """Whether :data:`DEFER` is among this policy's approvers (its layers' included)."""
+        return any(a is DEFER for a in self._approvers)
 
     def decide(self, tool_name: str) -> Decision:
         """The rule for ``tool_name``: its exact rule, else the strictest pattern matching it,
@@ -226,8 +271,9 @@ class Policy:
         *,
         one_at_a_time: trio.Semaphore | None = None,
         on_abandoned_thread: Callable[[], None] | None = None,
-    ) -> str | None:
-        """``None`` if the call may run, else the refusal the model reads.
+    ) -> str | Park | None:
+        """``None`` if the call may run, :data:`PARK` to park it (every approver but
+        :data:`DEFER` said yes), else the refusal the model reads.
 
         ``one_at_a_time`` (the run's, of one slot) makes approvers answer one call after
         another: a person at a terminal must see each question with its own answer, even when
@@ -251,7 +297,11 @@ class Policy:
             return (
                 f"tool {call.name!r} needs approval and no approver is configured; it was not run"
             )
+        defer = False
         for approver in self._approvers:
+            if approver is DEFER:  # asked last: a call another approver declines is not parked
+                defer = True
+                continue
             # the approver's own copy: one that edits what it shows must not change the call
             asked = dataclasses.replace(call, input=copy.deepcopy(call.input))
             try:
@@ -281,7 +331,7 @@ class Policy:
                         f"(it returned {type(verdict).__name__}); it was not run"
                     )
                 return f"the call to {call.name!r} was declined by the approver; it was not run"
-        return None
+        return PARK if defer else None
 
 
 async def ask_approver(

@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # only an annotation here; compaction loads trio (via limits)
     # command line's exit codes (``cli/main.py``) must not pay for on ``--help``
     from .compaction import TurnContext
 
-__all__ = ["RunResult", "RunStatus"]
+__all__ = ["PendingApproval", "RunResult", "RunStatus"]
 
 if TYPE_CHECKING:  # the default (PEP 696) is for type checkers: a bare RunResult is RunResult[Any]
     from typing_extensions import TypeVar as TypeVarWithDefault
@@ -40,6 +40,31 @@ class RunStatus(StrEnum):
     ERROR = "error"
     INVALID_OUTPUT = "invalid_output"
     """A typed agent's answer was rejected more times than ``Limits.output_retries`` allows."""
+    AWAITING_APPROVAL = "awaiting_approval"
+    """Every agent still running waits for a person to decide a parked call (``DEFER``):
+    ``RunResult.pending_approvals`` lists them; ``resume(..., approvals=...)`` goes on."""
+
+
+@dataclass(frozen=True)
+class PendingApproval:
+    """A call parked by ``DEFER``, waiting for a person: its transcript ``id`` (what
+    ``resume(..., approvals={id: True})`` and ``orchestrator approve --allow ID`` name), the
+    agent that made it, the tool and its arguments."""
+
+    id: str
+    agent_path: str
+    tool: str
+    input: dict[str, Any]
+    turn: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for JSON output."""
+        return {
+            "id": self.id,
+            "agent_path": self.agent_path,
+            "tool": self.tool,
+            "input": self.input,
+        }
 
 
 @dataclass(eq=False)
@@ -74,6 +99,8 @@ class RunResult(Generic[OutputT]):
     """Per turn: input size, results cleared, compaction, cache reads."""
     output_json: str | None = None
     """A typed agent's output as JSON text (compact, keys in field order); ``None`` for text."""
+    pending_approvals: list[PendingApproval] = field(default_factory=list)
+    """The run's parked calls, on the root's result of a run that ended ``awaiting_approval``."""
 
     @property
     def ok(self) -> bool:

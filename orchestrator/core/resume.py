@@ -16,6 +16,7 @@ resuming a different tree is refused, naming the first difference.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar, overload
@@ -25,11 +26,12 @@ from opentelemetry import trace
 
 from ..models.base import Model
 from .agent import Agent
+from .approvals import resolve_approvals
 from .compaction import ContextPolicy
 from .errors import ConfigurationError
 from .journal_sqlite import SQLiteJournal, read_header
 from .limits import Limits
-from .policy import Policy
+from .policy import DEFER, Policy
 from .result import RunResult
 from .run import DEFAULT_TOOL_THREADS, run
 from .runner import ChildRunner
@@ -54,6 +56,7 @@ async def resume(
     tool_threads: int | None = None,
     runner: ChildRunner | None = None,
     definitions: Agent | None = None,
+    approvals: Mapping[str, bool] | None = None,
 ) -> RunResult[T]: ...
 
 
@@ -71,6 +74,7 @@ async def resume(
     tool_threads: int | None = None,
     runner: ChildRunner | None = None,
     definitions: Agent | None = None,
+    approvals: Mapping[str, bool] | None = None,
 ) -> RunResult[Any]: ...
 
 
@@ -87,6 +91,7 @@ async def resume(
     tool_threads: int | None = None,
     runner: ChildRunner | None = None,
     definitions: Agent | None = None,
+    approvals: Mapping[str, bool] | None = None,
 ) -> RunResult[Any]:
     """Continue the run journaled at ``journal_path`` and return its whole result tree.
 
@@ -100,6 +105,13 @@ async def resume(
     command line's ``--override-model``, ``--mcp``): what it was journaled with, as defined.
     For an ``agent`` of output type ``T`` the result is a ``RunResult[T]`` (the replayed
     answer is validated again).
+
+    ``approvals`` decides calls a run parked (``DEFER``; ``result.pending_approvals``):
+    ``{id: True}`` runs the call, ``{id: False}`` declines it ("declined by a person"); an id
+    may be a unique prefix. The decisions are recorded in the journal before the run goes on,
+    so none is asked again; calls not named stay parked. An id that names no pending call is a
+    ConfigurationError. A run that parked calls parks new ones again unless ``policy`` says
+    otherwise.
     """
     path = Path(journal_path)
     header = read_header(path)
@@ -111,8 +123,12 @@ async def resume(
             )
         agent = load_tree(header.tree_ref)
     check_tree(header, definitions or agent, path)
+    if policy is None and header.options.get("defer") is True:  # it parked: it parks again
+        policy = Policy(approver=DEFER)
     journal = SQLiteJournal.open(path)
     try:
+        if approvals:  # on record before they act: never asked again
+            journal.record_decisions(resolve_approvals(approvals, journal.parked()))
         return await run(
             agent,
             header.prompt,

@@ -34,10 +34,11 @@ from ..tracing import spans
 from ..tracing.content import content_capture_enabled
 from ..tracing.flush import flush_tracer_provider
 from .agent import Agent, AgentTree
+from .approvals import ApprovalJournal
 from .compaction import ContextPolicy
 from .errors import ConfigurationError
 from .events import Event, EventSink
-from .inprocess import InProcessRun
+from .inprocess import IN_PROCESS, InProcessRun
 from .journal import Journal, NullJournal
 from .limits import Limits
 from .loop import run_agent
@@ -157,6 +158,8 @@ class RunHandle(Generic[OutputT]):
             if state.journal is not None:  # on every way out, bounded
                 await _journal_end(state, self._root.status or RunStatus.ERROR)
             self._result = self._root.to_result(state.run_id)
+            if state.parking is not None and state.awaiting_approval:
+                self._result.pending_approvals = state.parking.pending_list()
             state.events.close()
             self._done.set()
 
@@ -276,6 +279,25 @@ async def open_run(
             state.owned_journal.close()
 
 
+def _check_defer(journal: object, runner: ChildRunner | None) -> None:
+    """``DEFER`` parks calls in the run's journal, and runs its agents in this process."""
+    if journal is None:
+        raise ConfigurationError(
+            "DEFER parks calls in the run's journal, and this run has none: pass "
+            "run(..., journal=PATH) (the command line keeps one unless --no-journal)"
+        )
+    if not isinstance(journal, str | os.PathLike | ApprovalJournal):
+        raise ConfigurationError(
+            f"DEFER needs a journal that can hold parked calls (the SQLite journal of "
+            f"journal=PATH), got a {type(journal).__name__}"
+        )
+    if runner is not None and runner is not IN_PROCESS:
+        raise ConfigurationError(
+            f"DEFER runs its agents in this process only, for now: not with a "
+            f"{type(runner).__name__}"
+        )
+
+
 def _prepare(  # noqa: C901 - one check per run option, each with its own message
     agent: Agent,
     prompt: str,
@@ -352,6 +374,11 @@ def _prepare(  # noqa: C901 - one check per run option, each with its own messag
         else None,
         runner=runner,
     )
+    defers = (policy is not None and policy.defers) or any(
+        a.policy is not None and a.policy.defers for a in tree.by_name.values()
+    )
+    if defers:  # refused before a journal file is made
+        _check_defer(journal, runner)
     state.models = tree.models()  # once per agent, before any call
     check_native_models(tree, state.models, state.default_model)
     # The SQLite journal's modules (and sqlite3) load here, for a run that keeps a journal only.
@@ -359,13 +386,21 @@ def _prepare(  # noqa: C901 - one check per run option, each with its own messag
         from .treeref import open_journal
 
         state.journal = state.owned_journal = open_journal(
-            journal, agent, prompt, state.run_id, model, limits
+            journal, agent, prompt, state.run_id, model, limits, defer=defers
         )
     if state.journal is not None:
         from .journal_sqlite import SQLiteJournal
 
         if isinstance(state.journal, SQLiteJournal) and state.journal.resuming:
             state.resumed_from = state.journal.resumed_from()
+            if not defers and state.journal.parked():  # parked calls wait on, decided or not
+                _check_defer(state.journal, runner)
+                defers = True
+    if defers:
+        from .approvals import Parking
+
+        assert isinstance(state.journal, ApprovalJournal)
+        state.parking = Parking(state, state.journal)
     root = make_root(state, agent, prompt, messages)
     return state, root
 

@@ -339,6 +339,7 @@ def build_child(
     )
     add_spawn_tool(child, run)
     child.append(Message.user(well_formed(task)))  # the HTTP body cannot take a lone surrogate
+    child.spawn_index = key[1]
     parent.children.append((key, child))
     book = parent.spawns
     assert book is not None

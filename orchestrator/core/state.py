@@ -35,6 +35,7 @@ T = TypeVar("T")
 if TYPE_CHECKING:
     from opentelemetry.trace import SpanContext
 
+    from .approvals import Parking
     from .journal_sqlite import SQLiteJournal
     from .runner import ChildRunner
     from .spawn import SpawnBook
@@ -120,6 +121,10 @@ class RunState:
     """Why a toolset could not start (the run then ends with ``error`` before any model call)."""
     agent_tools: dict[str, dict[str, Tool]] = field(default_factory=dict)
     """The tools of each agent holding toolsets, its own first (resolved when they opened)."""
+    parking: Parking | None = None
+    """The parked calls and who waits, in a run that may park one (``DEFER``); else ``None``."""
+    awaiting_approval: bool = False
+    """Every running agent waits on a parked call: the run ends ``awaiting_approval``."""
     model_context: ModelContext = field(init=False)
     """What every model call of a run without event subscribers gets: the clients only."""
 
@@ -148,6 +153,12 @@ class RunState:
             return RunStatus.ERROR, f"run stopped by a fatal error: {self.fatal_error}"
         if self.cancel_requested:
             return RunStatus.CANCELLED, "the run was cancelled"
+        if self.awaiting_approval:
+            n = len(self.parking.pending) if self.parking is not None else 0
+            return (
+                RunStatus.AWAITING_APPROVAL,
+                f"waiting for a person to decide {n} parked call{'s' if n != 1 else ''}",
+            )
         if trio.current_time() >= node.deadline:
             return RunStatus.TIMEOUT, f"deadline reached after {node.elapsed():.1f}s"
         return (
@@ -256,6 +267,13 @@ class AgentNode:
     remote_result: RunResult | None = None
     """The result tree of a child that ran elsewhere (a Dask worker): this node is its
     stand-in under its parent, and its result and usage are that tree's."""
+    spawn_index: int = -1
+    """The position of the spawn call that started this child in its parent's step."""
+    open_calls: int = 0
+    held: set[int] | None = None
+    waiting: bool = False
+    """In a run that may park calls (``RunState.parking``): the step's calls without a result,
+    those of them that wait (parked, or a spawn whose child waits), and whether all do."""
     _chars: int = 0
     _fixed_chars: int = 0
 

@@ -187,10 +187,14 @@ def journal_header(
     tree_ref: str | None = None,
     model: Model | str | None = None,
     limits: Limits | None = None,
+    defer: bool = False,
 ) -> JournalHeader:
-    """The header of a new run's journal."""
+    """The header of a new run's journal (``defer``: the run parks calls, and so does its
+    resume unless told otherwise)."""
     whole, parts = fingerprint(agent)
     options: dict[str, Any] = {}
+    if defer:
+        options["defer"] = True
     if isinstance(model, str):
         options["model"] = model
     if limits is not None:
@@ -212,9 +216,11 @@ def open_journal(
     run_id: str,
     model: Model | str | None,
     limits: Limits | None,
+    *,
+    defer: bool = False,
 ) -> SQLiteJournal:
     """A new journal at ``path`` for a run about to start (``open_run(journal=PATH)``)."""
-    header = journal_header(agent, prompt, run_id, model=model, limits=limits)
+    header = journal_header(agent, prompt, run_id, model=model, limits=limits, defer=defer)
     return SQLiteJournal.create(path, header)
 
 

@@ -355,6 +355,8 @@ def record_outcome(s: Span, outcome: str, error: str | None) -> None:
         s.set_status(StatusCode.OK)  # (a code, not a Status: one object less per span)
     elif outcome == "cancelled":
         s.set_attributes({"orchestrator.outcome": outcome, "orchestrator.cancelled": True})
+    elif outcome == "awaiting_approval":  # nothing failed: it waits for a person
+        s.set_attribute("orchestrator.outcome", outcome)
     else:
         s.set_attributes({"orchestrator.outcome": outcome, "error.type": outcome})
         s.set_status(StatusCode.ERROR, redact(error or outcome)[:300])

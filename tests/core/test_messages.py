@@ -87,6 +87,7 @@ def test_run_status_has_exactly_the_values_design_md_pins():
         "cancelled",
         "error",
         "invalid_output",
+        "awaiting_approval",
     }
 
 
