@@ -200,7 +200,11 @@ async def _call_one(  # noqa: C901 - the hot path, kept in one frame (docs/perfo
         if run.tracer:
             spans.record_tool_result(s, result, run.capture)
         if run.events.enabled:
-            why = "" if refusal is None else _refused_why(held, decision, refused_as, refusal)
+            why = (
+                _refused_why(held, decision, refused_as, refusal)
+                if isinstance(refusal, str)
+                else ""
+            )
             run.events.emit(
                 ToolFinished(
                     node.path, call.name, call.id, result.is_error, refusal is not None, why
