@@ -72,6 +72,7 @@ NEEDS_NODE = {"mcp_files.py": "tests/toolsets/test_mcp_npm.py (marker npm)"}
 ASYNCIO = {
     "asyncio_script.py": "tests/test_aio.py",
     "fastapi_app.py": "tests/test_aio_fastapi.py (under uvicorn)",
+    "fastapi_approvals.py": "tests/test_aio_fastapi_approvals.py (under uvicorn, restarted)",
 }
 
 
