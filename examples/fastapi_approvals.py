@@ -85,6 +85,16 @@ def _journal(run_id: str) -> Path:
     return path
 
 
+def _remember(run_id: str, to: str) -> None:
+    """What rebuilds the run's tree later (a small file: no need for a thread)."""
+    FOLDER.mkdir(parents=True, exist_ok=True)
+    (FOLDER / f"{run_id}.to").write_text(to)
+
+
+def _recipient(run_id: str) -> str:
+    return (FOLDER / f"{run_id}.to").read_text()
+
+
 def _answer(result: RunResult[Any]) -> dict[str, Any]:
     return {
         "run_id": result.run_id,
@@ -97,10 +107,9 @@ def _answer(result: RunResult[Any]) -> dict[str, Any]:
 @app.post("/runs")
 async def start(new: NewRun) -> dict[str, Any]:
     """Start a run; it parks its email and answers with the pending call."""
-    FOLDER.mkdir(parents=True, exist_ok=True)
     run_id = uuid.uuid4().hex
     tree = tree_for(new.to)
-    (FOLDER / f"{run_id}.to").write_text(new.to)  # what rebuilds the tree later
+    _remember(run_id, new.to)
     result = await aio.run(
         tree,
         f"Email {new.to} that the report is ready.",
@@ -115,7 +124,7 @@ async def start(new: NewRun) -> dict[str, Any]:
 async def approve(run_id: str, decisions: Decisions) -> dict[str, Any]:
     """Decide the run's parked calls and answer with its result (a repeat replays)."""
     journal = _journal(run_id)
-    tree = tree_for((FOLDER / f"{run_id}.to").read_text())
+    tree = tree_for(_recipient(run_id))
     wanted = {**{i: True for i in decisions.allow}, **{i: False for i in decisions.deny}}
     try:
         result = await aio.resume(journal, agent=tree, approvals=wanted)
