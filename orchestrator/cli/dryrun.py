@@ -10,12 +10,15 @@ from ..core.errors import ConfigurationError
 from ..core.generate import context_window
 from ..core.limits import DEFAULT_LIMITS, Limits, tree_wide_limits
 from ..core.loop import MAX_OUTPUT_CAP
+from ..core.messages import Usage
 from ..core.spawn import DEFAULT_CONTEXT
 from ..models.base import Model, resolve_model
 
 __all__ = ["output_types", "worst_case"]
 
 _State: TypeAlias = tuple[Agent, Model, Limits, int]
+_PRICING_PROBE = Usage(input_tokens=1_000_000, output_tokens=1_000_000)
+"""The usage models of a menu are compared on (prices per million tokens)."""
 
 
 def output_types(root: Agent) -> dict[str, dict[str, Any]]:
@@ -41,12 +44,15 @@ def worst_case(
     Per turn an agent makes at most: the call itself, a retry at twice the output cap when a
     tool call was cut by ``max_tokens``, and, when it can compact, a compaction before the turn
     and a compaction and a repeated call after the provider refused the input as too long.
-    Agents are counted down the tree, each filling its ``max_children`` slots with its costliest
+    The output tokens are also priced, each agent's on its model (for a menu, its costliest:
+    a parent may pick any). Agents are counted down the tree, each filling its ``max_children`` slots with its costliest
     subagent while depth allows; with ``max_agents`` binding, the bound is the root and
     ``max_agents - 1`` agents each as costly as the costliest one the tree can start.
     """
     tree = AgentTree(root, run_limits=run_limits)
     models = tree.models()  # the checks a real run makes before its first call
+    for name, menu in tree.menus(models).items():  # a parent may pick any: the costliest
+        models[name] = max(menu, key=lambda m: m.cost(_PRICING_PROBE))
     default = resolve_model(default_model) if default_model is not None else None
     root_model = models[root.name] if root.model is not None else default
     if root_model is None:
@@ -57,16 +63,18 @@ def worst_case(
     tree_wide = tree_wide_limits(run_limits, root.limits)  # the same budgets a run would have
     max_agents = tree_wide.max_agents or 1
 
-    def own_cost(agent: Agent, limits: Limits, model: Model) -> tuple[int, int]:
+    def own_cost(agent: Agent, limits: Limits, model: Model) -> tuple[int, int, float]:
         cap = agent.max_output_tokens
         retry_cap = max(cap, min(2 * cap, MAX_OUTPUT_CAP))
         compacts = (agent.context or DEFAULT_CONTEXT).compaction_threshold(
             context_window(model)
         ) is not None
         turns = limits.max_turns or 1
+        tokens = turns * (cap + retry_cap + (3 * cap if compacts else 0))
         return (
             turns * (2 + (3 if compacts else 0)),
-            turns * (cap + retry_cap + (3 * cap if compacts else 0)),
+            tokens,
+            model.cost(Usage(output_tokens=tokens)),
         )
 
     # A state is an agent as some parent would start it: its model, its filled limits, depth.
@@ -84,38 +92,41 @@ def worst_case(
         return min(s[2].max_children or 0, max_agents) if children(s) else 0
 
     @functools.cache
-    def unbounded(s: _State) -> tuple[int, int, int]:
-        """Agents, calls and output tokens of the subtree if max_agents did not cap it:
-        every slot filled with the costliest subagent, by each measure on its own."""
-        calls, tokens = own_cost(s[0], s[2], s[1])
+    def unbounded(s: _State) -> tuple[int, int, int, float]:
+        """Agents, calls, output tokens and their cost of the subtree if max_agents did not
+        cap it: every slot filled with the costliest subagent, by each measure on its own."""
+        calls, tokens, usd = own_cost(s[0], s[2], s[1])
         n = slots(s)
         if not n:
-            return 1, calls, tokens
+            return 1, calls, tokens, usd
         below = [unbounded(child) for child in children(s)]
         return (
             1 + n * max(b[0] for b in below),
             calls + n * max(b[1] for b in below),
             tokens + n * max(b[2] for b in below),
+            usd + n * max(b[3] for b in below),
         )
 
     root_state = state(root, run_layer, root_model, 0)
     seen = {root_state}
     pending = [root_state]
     costliest_calls = costliest_tokens = 0  # of any agent but the root
+    costliest_usd = 0.0
     while pending:
         current = pending.pop()
         for child in children(current) if slots(current) else []:
             if child not in seen:
                 seen.add(child)
                 pending.append(child)
-                child_calls, child_tokens = own_cost(child[0], child[2], child[1])
+                child_calls, child_tokens, child_usd = own_cost(child[0], child[2], child[1])
                 costliest_calls = max(costliest_calls, child_calls)
                 costliest_tokens = max(costliest_tokens, child_tokens)
+                costliest_usd = max(costliest_usd, child_usd)
     # two bounds, each valid, the tighter taken: no cap, or the root and max_agents - 1
     # agents each as costly as the costliest one
-    tree_agents, tree_calls, tree_tokens = unbounded(root_state)
+    tree_agents, tree_calls, tree_tokens, tree_usd = unbounded(root_state)
     agents = min(max_agents, tree_agents)
-    root_calls, root_tokens = own_cost(root, root_state[2], root_model)
+    root_calls, root_tokens, root_usd = own_cost(root, root_state[2], root_model)
     calls = min(tree_calls, root_calls + (agents - 1) * costliest_calls)
     output_tokens = min(tree_tokens, root_tokens + (agents - 1) * costliest_tokens)
     return {
@@ -124,6 +135,10 @@ def worst_case(
         "worst_case_agents": agents,
         "worst_case_model_calls": calls,
         "worst_case_output_tokens": output_tokens,
+        # the output tokens priced on each agent's model (a menu's costliest); input is unknown
+        "worst_case_output_cost_usd": round(
+            min(tree_usd, root_usd + (agents - 1) * costliest_usd), 6
+        ),
         "token_budget": tree_wide.token_budget,
         "timeout_s": tree_wide.timeout,
     }

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 import trio
 
-from ..core.agent import Agent
+from ..core.agent import Agent, model_label
 from ..core.cancellation import SignalInterrupt, in_tool_code
 from ..core.errors import ConfigurationError
 from ..core.limits import Limits
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
     from ..core.journal_sqlite import SQLiteJournal
     from ..core.runner import ChildRunner
+    from ..models.base import Model
     from ..tracing.setup import TracingSetup
 
 __all__ = [
@@ -112,19 +113,27 @@ def offline_providers(
     """
     swapped: set[str] = set()
 
-    def swap(a: Agent) -> Agent:
-        model = a.model
+    def swap_one(model: Model | str) -> Model | str:
         if isinstance(model, str):
-            reachable = _reachable_part(model, swapped)
-            return a if reachable == model else a.replace(model=reachable)
-        if model is None:
-            return a
+            return _reachable_part(model, swapped)
         provider = str(getattr(model, "provider", ""))
         keyed = getattr(model, "has_endpoint", getattr(model, "has_api_key", False))
         if _unreachable(provider) and not keyed:
             swapped.add(provider)
-            return a.replace(model="offline")
-        return a
+            return "offline"
+        return model
+
+    def swap(a: Agent) -> Agent:
+        if a.models:  # a menu: each model swapped, two that became one listed once
+            menu: dict[str, Model | str] = {}
+            for m in map(swap_one, a.models):
+                menu.setdefault(model_label(m), m)
+            new = tuple(menu.values())
+            return a if new == a.models else a.replace(models=new)
+        if a.model is None:
+            return a
+        model = swap_one(a.model)
+        return a if model is a.model or model == a.model else a.replace(model=model)
 
     agent = agent.map_tree(swap)
     if default_model is None:

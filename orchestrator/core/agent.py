@@ -23,7 +23,7 @@ from .policy import Policy, is_pattern
 from .tools import Tool, tool
 from .toolset import Toolset
 
-__all__ = ["Agent", "AgentTree", "OutputT"]
+__all__ = ["Agent", "AgentTree", "OutputT", "model_label"]
 
 OutputT = TypeVar("OutputT", default=Any)
 """What an agent answers with: ``str`` unless it was given an ``output_type``."""
@@ -40,6 +40,7 @@ class AgentChanges(TypedDict, total=False):
     instructions: str
     description: str
     model: Model | str | None
+    models: Sequence[Model | str]
     tools: Iterable[Tool | Toolset | Callable[..., Any]] | None
     subagents: Sequence[Agent | str]
     limits: Limits | None
@@ -62,7 +63,9 @@ class Agent(Generic[OutputT]):
     :class:`~orchestrator.mcp.MCPServer`): their tools are known once the run opens them, and
     come after the agent's own tools (:attr:`toolsets`). ``model`` is a :class:`Model` or a
     string such as ``"anthropic:claude-sonnet-5-5"`` or ``"offline"``; without one, the agent
-    uses its parent's model, then the run's default.
+    uses its parent's model, then the run's default. ``models=(...)`` instead (not both) is a
+    menu: a parent's ``spawn_subagent`` may pick one of them for each child it starts (the
+    first by default).
 
     ``output_type`` makes the agent answer with a value of that type instead of text (a
     pydantic model, a dataclass, a TypedDict, or any type pydantic validates): ``Agent`` is
@@ -80,6 +83,7 @@ class Agent(Generic[OutputT]):
         "limits",
         "max_output_tokens",
         "model",
+        "models",
         "name",
         "output_mode",
         "output_spec",
@@ -95,6 +99,9 @@ class Agent(Generic[OutputT]):
     instructions: str
     description: str
     model: Model | str | None
+    """The model it runs on; for an agent given a menu (``models``), the menu's first."""
+    models: tuple[Model | str, ...]
+    """The menu a parent's ``spawn_subagent`` picks this agent's model from (empty: none)."""
     tools: tuple[Tool, ...] | None
     toolsets: tuple[Toolset, ...]
     """Toolsets of the ``tools`` list (their tools are the run's to open), in list order."""
@@ -118,6 +125,7 @@ class Agent(Generic[OutputT]):
         *,
         description: str = "",
         model: Model | str | None = None,
+        models: Sequence[Model | str] = (),
         tools: Iterable[Tool | Toolset | Callable[..., Any]] | None = None,
         subagents: Sequence[Agent | str] = (),
         limits: Limits | None = None,
@@ -137,6 +145,7 @@ class Agent(Generic[OutputT]):
         *,
         description: str = "",
         model: Model | str | None = None,
+        models: Sequence[Model | str] = (),
         tools: Iterable[Tool | Toolset | Callable[..., Any]] | None = None,
         subagents: Sequence[Agent | str] = (),
         limits: Limits | None = None,
@@ -156,6 +165,7 @@ class Agent(Generic[OutputT]):
         *,
         description: str = "",
         model: Model | str | None = None,
+        models: Sequence[Model | str] = (),
         tools: Iterable[Tool | Toolset | Callable[..., Any]] | None = None,
         subagents: Sequence[Agent | str] = (),
         limits: Limits | None = None,
@@ -174,6 +184,7 @@ class Agent(Generic[OutputT]):
         *,
         description: str = "",
         model: Model | str | None = None,
+        models: Sequence[Model | str] = (),
         tools: Iterable[Tool | Toolset | Callable[..., Any]] | None = None,
         subagents: Sequence[Agent | str] = (),
         limits: Limits | None = None,
@@ -200,6 +211,9 @@ class Agent(Generic[OutputT]):
             or max_output_tokens < 1
         ):
             raise ConfigurationError(f"agent {name!r}: max_output_tokens must be a positive int")
+        menu = _menu(name, model, models)
+        if menu:
+            model = menu[0]
         description = description or ""  # None: no description
         if not isinstance(description, str):
             raise ConfigurationError(f"agent {name!r}: description must be a string")
@@ -240,6 +254,7 @@ class Agent(Generic[OutputT]):
         object.__setattr__(self, "instructions", instructions)
         object.__setattr__(self, "description", description)
         object.__setattr__(self, "model", model)
+        object.__setattr__(self, "models", menu)
         object.__setattr__(self, "tools", built)
         object.__setattr__(self, "toolsets", toolsets)
         object.__setattr__(self, "subagents", subs)
@@ -281,7 +296,8 @@ class Agent(Generic[OutputT]):
             )
         fields: dict[str, Any] = {
             "description": self.description,
-            "model": self.model,
+            "model": None if self.models else self.model,
+            "models": self.models,
             "tools": None if self.tools is None else (*self.tools, *self.toolsets),
             "subagents": self.subagents,
             "limits": self.limits,
@@ -292,6 +308,10 @@ class Agent(Generic[OutputT]):
             "output_mode": self.output_mode,
             "output_validators": self.output_validators,
         }
+        if changes.get("model") is not None and "models" not in changes:
+            fields["models"] = ()  # a model given replaces the menu
+        if changes.get("models") and "model" not in changes:
+            fields["model"] = None  # and a menu given, the model
         fields.update(changes)
         name = fields.pop("name", self.name)
         instructions = fields.pop("instructions", self.instructions)
@@ -368,10 +388,21 @@ class AgentTree:
         return self._subagents[agent.name]
 
     def models(self) -> dict[str, Model]:
-        """The model of every agent that names one, resolved (a bad model string fails here)."""
+        """The model of every agent that names one, resolved (a bad model string fails here);
+        for an agent with a menu, the menu's first."""
         return {
             a.name: resolve_model(a.model) for a in self.by_name.values() if a.model is not None
         }
+
+    def menus(self, models: Mapping[str, Model] | None = None) -> dict[str, tuple[Model, ...]]:
+        """The menu of every agent that has one, resolved (its first entry taken from
+        ``models``, :meth:`models`' answer, so both name one object)."""
+        out: dict[str, tuple[Model, ...]] = {}
+        for a in self.by_name.values():
+            if a.models:
+                first = (models or {}).get(a.name) or resolve_model(a.models[0])
+                out[a.name] = (first, *(resolve_model(m) for m in a.models[1:]))
+        return out
 
     def _check_limits(self, run_limits: Limits | None) -> None:
         """Refuse an agent whose one call could never fit its budget: the run's, or the
@@ -464,6 +495,41 @@ class AgentTree:
                     found.add(child.name)
                     pending.append(child.name)
         return found
+
+
+def model_label(spec: Model | str) -> str:
+    """How a menu names a model to the parent's model: a string as written, a model object as
+    ``provider:name``."""
+    if isinstance(spec, str):
+        return spec
+    return f"{getattr(spec, 'provider', '?')}:{getattr(spec, 'name', '?')}"
+
+
+def _menu(
+    name: str, model: Model | str | None, models: Sequence[Model | str]
+) -> tuple[Model | str, ...]:
+    """``models`` checked: a list of models or model strings, no two named alike, not given
+    with ``model``."""
+    if isinstance(models, str) or not isinstance(models, Sequence):
+        raise ConfigurationError(f"agent {name!r}: models must be a list, got {models!r}")
+    menu = tuple(models)
+    if not menu:
+        return ()
+    if model is not None:
+        raise ConfigurationError(
+            f"agent {name!r}: give model= or models= (a menu its parent picks from), not both"
+        )
+    labels: set[str] = set()
+    for m in menu:
+        if not isinstance(m, str) and not isinstance(m, Model):
+            raise ConfigurationError(
+                f"agent {name!r}: models must be Models or model strings, got {m!r}"
+            )
+        label = model_label(m)
+        if label in labels:
+            raise ConfigurationError(f"agent {name!r} lists model {label!r} twice in models")
+        labels.add(label)
+    return menu
 
 
 def _check_rules(policy: Policy, tools: set[str], whose: str, holders: str) -> None:

@@ -33,7 +33,7 @@ from .policy import Policy
 from .redact import RUN_SECRETS, secret_values
 from .result import RunResult
 from .runner import ChildSpec, RunDefinitions
-from .spawn import DEFAULT_CONTEXT, add_spawn_tool
+from .spawn import DEFAULT_CONTEXT, add_spawn_tool, model_for
 from .state import AgentNode, Limiters, Quota, RunState, make_runtime
 from .tools import Tool
 
@@ -98,6 +98,7 @@ async def host_child(
                 secrets=secret_values(),
             )
             state.models = tree.models()
+            state.menus = tree.menus(state.models)
             node = _node(state, definitions, spec, model, policy, tools, agents_room)
             RUN_SECRETS.set(state.secrets)
             async with trio.open_nursery() as forwarding:
@@ -177,7 +178,7 @@ def _node(
         agent=agent,
         path=spec.path,
         depth=spec.depth,
-        model=model if agent.model is None else state.models[agent.name],
+        model=model_for(agent, model, state, spec.model),
         limits=spec.limits,
         policy=policy,
         tools=held,

@@ -43,7 +43,7 @@ from .runner import (
     RunDefinitions,
     as_json,
 )
-from .spawn import SPAWN_TOOL, build_child, plan_child, summarize
+from .spawn import SPAWN_TOOL, build_child, check_model_choice, plan_child, summarize
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
@@ -150,10 +150,14 @@ class SpawnSide:
 
     # -- the spawn tool's ----------------------------------------------------------------
 
-    def plan(self, agent: str, task: str, tools: list[str] | None) -> ChildSpec:
-        """The child a spawn call asks for; raises ``ToolError`` if it may not start."""
+    def plan(
+        self, agent: str, task: str, tools: list[str] | None, model: str | None = None
+    ) -> ChildSpec:
+        """The child a spawn call asks for (``model``: picked from the agent's menu); raises
+        ``ToolError`` if it may not start."""
         run, node = self.state, self.node
         definition = run.tree.by_name[agent]
+        check_model_choice(definition, model)  # before plan_child: a refused call takes no slot
         path, held, limits = plan_child(
             run, node, definition, task, tools, (self.turn, self.position)
         )
@@ -180,6 +184,7 @@ class SpawnSide:
             context,
             self.turn,
             self.position,
+            model,
         )
         self._admitted = (spec, held, limits)
         return spec
@@ -202,6 +207,7 @@ class SpawnSide:
             spec.tools,
             (spec.turn, spec.position),
             (admitted[1], admitted[2]) if admitted is not None and admitted[0] is spec else None,
+            spec.model,
         )
         return self.child
 

@@ -20,7 +20,7 @@ import inspect
 import json
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -218,9 +218,15 @@ def output_spec(
     return OutputSpec(agent, output_type, mode, validators)
 
 
-def check_native_models(tree: AgentTree, models: dict[str, Model], default: Model | None) -> None:
+def check_native_models(
+    tree: AgentTree,
+    models: dict[str, Model],
+    default: Model | None,
+    menus: Mapping[str, tuple[Model, ...]] | None = None,
+) -> None:
     """Refuse, before the run starts, a native-mode agent whose model (its own, else the one
-    it inherits along any path from the root) does not declare ``supports_native_output``."""
+    it inherits along any path from the root; each of its menu's) does not declare
+    ``supports_native_output``."""
     pending: list[tuple[Any, Model | None]] = [(tree.root, default)]
     seen: set[tuple[str, int]] = set()
     while pending:
@@ -230,12 +236,13 @@ def check_native_models(tree: AgentTree, models: dict[str, Model], default: Mode
             continue
         seen.add((agent.name, id(model)))
         spec = agent.output_spec
-        if (
-            spec is not None
-            and spec.mode == "native"
-            and model is not None
-            and not getattr(model, "supports_native_output", False)
-        ):
+        unable = [
+            m
+            for m in (menus or {}).get(agent.name, (model,))
+            if m is not None and not getattr(m, "supports_native_output", False)
+        ]
+        if spec is not None and spec.mode == "native" and unable:
+            model = unable[0]
             raise ConfigurationError(
                 f"agent {agent.name!r} has output_mode='native', but its model {model.name!r} "
                 f"({type(model).__name__}) does not declare supports_native_output; use "

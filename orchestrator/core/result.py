@@ -101,6 +101,9 @@ class RunResult(Generic[OutputT]):
     """A typed agent's output as JSON text (compact, keys in field order); ``None`` for text."""
     pending_approvals: list[PendingApproval] = field(default_factory=list)
     """The run's parked calls, on the root's result of a run that ended ``awaiting_approval``."""
+    model: str = ""
+    """The model this agent ran on, as ``provider:name`` (a child's: the one its parent picked
+    from its menu, if it has one)."""
 
     @property
     def ok(self) -> bool:
@@ -139,6 +142,7 @@ class RunResult(Generic[OutputT]):
             "output": self.output if self.output_json is None else json.loads(self.output_json),
             "error": self.error,
             "turns": self.turns,
+            "model": self.model,
             "usage": self.usage.to_dict(),
             "own_usage": self.own_usage.to_dict(),
             "children": [c.to_dict(messages=messages) for c in self.children],

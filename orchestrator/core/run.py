@@ -380,7 +380,8 @@ def _prepare(  # noqa: C901 - one check per run option, each with its own messag
     if defers:  # refused before a journal file is made
         _check_defer(journal, runner)
     state.models = tree.models()  # once per agent, before any call
-    check_native_models(tree, state.models, state.default_model)
+    state.menus = tree.menus(state.models)
+    check_native_models(tree, state.models, state.default_model, state.menus)
     # The SQLite journal's modules (and sqlite3) load here, for a run that keeps a journal only.
     if isinstance(journal, str | os.PathLike):  # a new journal file, closed when the run ends
         from .treeref import open_journal

@@ -77,7 +77,9 @@ class ChildSpec:
     trace context of the spawn span as (key, value) pairs (``dict()`` makes a carrier of it;
     empty when the run is not traced), so a child run
     elsewhere parents its spans under it. ``turn`` and ``position`` are the spawn call's turn
-    in the parent and its position in that turn's reply.
+    in the parent and its position in that turn's reply. ``model`` is the model the spawn call
+    picked from the agent's menu, as the menu names it (``None``: the agent's own or inherited
+    model, its menu's first).
     """
 
     tree: str
@@ -92,6 +94,7 @@ class ChildSpec:
     trace_context: tuple[tuple[str, str], ...] = ()
     turn: int = 0
     position: int = 0
+    model: str | None = None
 
 
 @record

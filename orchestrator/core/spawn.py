@@ -23,7 +23,7 @@ import pydantic
 import trio
 
 from ..models.base import Model
-from .agent import Agent
+from .agent import Agent, model_label
 from .compaction import ContextPolicy
 from .errors import ConfigurationError, ToolError
 from .ledger import Ledger, text_units
@@ -45,7 +45,14 @@ from .tools import Tool, ToolContext
 if TYPE_CHECKING:
     from .inprocess import SpawnSide
 
-__all__ = ["add_spawn_tool", "build_child", "make_root", "plan_child"]
+__all__ = [
+    "add_spawn_tool",
+    "build_child",
+    "check_model_choice",
+    "make_root",
+    "model_for",
+    "plan_child",
+]
 
 SPAWN_TOOL = "spawn_subagent"
 DEFAULT_CONTEXT = ContextPolicy()
@@ -61,7 +68,7 @@ def make_root(run: RunState, agent: Agent, prompt: str, history: list[Message]) 
     limits = _per_agent_limits(agent, run.run_limits.fill(DEFAULT_LIMITS))
     # one budget for the run; the root's own tree-wide values can only tighten it
     tree_wide = tree_wide_limits(run.run_limits, agent.limits)
-    model = _model_for(agent, None, run)
+    model = model_for(agent, None, run)
     ledger = Ledger(tree_wide.token_budget, tree_wide.cost_budget_usd)
     limiter = Slots(tree_wide.max_concurrency or 16)
     quota = Quota(tree_wide.max_agents)
@@ -226,10 +233,13 @@ def _starts(run: RunState, parent: AgentNode, call: ToolUseBlock) -> bool:
         return False
     if is_blank(arguments["task"]):
         return False
+    agent = run.tree.by_name[arguments["agent"]]
+    choice = arguments.get("model")
+    if choice is not None and choice not in [model_label(m) for m in agent.models]:
+        return False
     requested = arguments["tools"]
     if requested is None:
         return True
-    agent = run.tree.by_name[arguments["agent"]]
     return set(requested) <= set(_allowed_tools(run, parent, agent))
 
 
@@ -294,11 +304,13 @@ def build_child(
     tool_names: tuple[str, ...],
     key: tuple[int, int],
     admitted: tuple[dict[str, Tool], Limits] | None = None,
+    model: str | None = None,
 ) -> AgentNode:
     """The node of a child :func:`plan_child` admitted, under ``parent``: its sub-budget,
     slots and agent quota chained to the parent's (where its definition sets its own), its
     deadline, its tools, its transcript (the task), counted among the parent's children.
-    ``admitted``: the tools and limits :func:`plan_child` found for it (else found again)."""
+    ``admitted``: the tools and limits :func:`plan_child` found for it (else found again);
+    ``model``: the model the spawn call picked from the agent's menu."""
     agent = run.tree.by_name[agent_name]
     if admitted is not None:  # what plan_child found for this very child
         tools, limits = admitted
@@ -323,7 +335,7 @@ def build_child(
         agent=agent,
         path=path,
         depth=parent.depth + 1,
-        model=_model_for(agent, parent, run),
+        model=model_for(agent, parent.model, run, model),
         limits=limits,
         policy=parent.policy if agent.policy is None else agent.policy.combine(parent.policy),
         tools=tools if admitted is None else dict(tools),  # the child adds its spawn tool
@@ -349,11 +361,31 @@ def build_child(
     return child
 
 
-def _model_for(agent: Agent, parent: AgentNode | None, run: RunState) -> Model:
+def check_model_choice(agent: Agent, choice: str | None) -> None:
+    """Raise ToolError for a spawn call's ``model`` that is not on ``agent``'s menu."""
+    if choice is None:
+        return
+    labels = [model_label(m) for m in agent.models]
+    if choice not in labels:
+        offer = f"its menu is {', '.join(labels)}" if labels else "it has no menu of models"
+        raise ToolError(
+            f"{agent.name!r} cannot run on {choice!r}: {offer}; pick one of those or omit 'model'"
+        )
+
+
+def model_for(
+    agent: Agent, inherited: Model | None, run: RunState, choice: str | None = None
+) -> Model:
+    """The model ``agent`` runs on: ``choice`` from its menu (checked by
+    :func:`check_model_choice`), else its own (its menu's first), else ``inherited`` (its
+    parent's), else the run's default."""
+    if choice is not None:
+        check_model_choice(agent, choice)
+        return run.menus[agent.name][[model_label(m) for m in agent.models].index(choice)]
     if agent.model is not None:
         return run.models[agent.name]
-    if parent is not None:
-        return parent.model
+    if inherited is not None:
+        return inherited
     if run.default_model is not None:
         return run.default_model
     raise ConfigurationError(
@@ -382,21 +414,30 @@ def build_spawn_tool(subagents: tuple[Agent, ...]) -> Tool:
     listing = "\n".join(
         f"- {a.name}: {a.description or a.instructions[:200]}"
         + ("" if a.output_spec is None else f" Returns {a.output_spec.describe()}.")
+        + (_menu_line(a) if a.models else "")
         for a in subagents
     )
-    return _spawn_tool_for(names, listing)
+    menu: list[str] = []  # the union of the menus, in the order first listed
+    for a in subagents:
+        menu.extend(label for label in map(model_label, a.models) if label not in menu)
+    return _spawn_tool_for(names, listing, tuple(menu))
+
+
+def _menu_line(agent: Agent) -> str:
+    labels = [model_label(m) for m in agent.models]
+    return f" Models: {', '.join(labels)} (default {labels[0]})."
 
 
 @functools.lru_cache(maxsize=256)
-def _spawn_tool_for(names: tuple[str, ...], listing: str) -> Tool:
-    async def spawn_subagent(
-        ctx: ToolContext, agent: str, task: str, tools: list[str] | None = None
+def _spawn_tool_for(names: tuple[str, ...], listing: str, menu: tuple[str, ...] = ()) -> Tool:
+    async def spawn(
+        ctx: ToolContext, agent: str, task: str, tools: list[str] | None, model: str | None
     ) -> str:
         side = cast("SpawnSide | None", ctx._parent)
         if side is None:
             raise ToolError("spawn_subagent can only be called by the runtime, inside a run")
         # planned and run here, not in a helper: the child's loop runs under this frame
-        spec = side.plan(agent, task, tools)
+        spec = side.plan(agent, task, tools, model)
         outcome = None
         try:
             outcome = await side.runner.run(spec, side)
@@ -409,24 +450,55 @@ def _spawn_tool_for(names: tuple[str, ...], listing: str) -> Tool:
             f"{outcome.error}. {outcome.summary}"
         )
 
-    spawn_subagent.__annotations__ = {
-        "ctx": ToolContext,
-        "agent": Literal[names],
-        "task": str,
-        "tools": list[str] | None,
-        "return": str,
-    }
+    # the model property only when some subagent has a menu: a tree without menus (or under
+    # --override-model) sees the same tool as before
+    if menu:
+
+        async def spawn_subagent(
+            ctx: ToolContext,
+            agent: str,
+            task: str,
+            tools: list[str] | None = None,
+            model: str | None = None,
+        ) -> str:
+            return await spawn(ctx, agent, task, tools, model)
+
+        spawn_subagent.__annotations__ = {
+            "ctx": ToolContext,
+            "agent": Literal[names],
+            "task": str,
+            "tools": list[str] | None,
+            "model": Literal[menu] | None,
+            "return": str,
+        }
+    else:
+
+        async def spawn_subagent(  # type: ignore[misc]  # the same tool without `model`
+            ctx: ToolContext, agent: str, task: str, tools: list[str] | None = None
+        ) -> str:
+            return await spawn(ctx, agent, task, tools, None)
+
+        spawn_subagent.__annotations__ = {
+            "ctx": ToolContext,
+            "agent": Literal[names],
+            "task": str,
+            "tools": list[str] | None,
+            "return": str,
+        }
     description = (
         "Start a subagent on a task and get back its final answer. It begins with a fresh "
         "transcript: put everything it needs in `task`. Several calls in one turn run in "
-        "parallel. `tools` may narrow the subagent's tools to a subset.\n"
-        f"Available subagents:\n{listing}"
+        "parallel. `tools` may narrow the subagent's tools to a subset."
+        + (" `model` picks the subagent's model from its menu." if menu else "")
+        + f"\nAvailable subagents:\n{listing}"
     )
     doc = {
         "agent": "which subagent to start",
         "task": "the complete task, self-contained",
         "tools": "optional subset of the subagent's tools",
     }
+    if menu:
+        doc["model"] = "optional model for the subagent, from its menu (default: its first)"
     t = Tool(
         spawn_subagent,
         name=SPAWN_TOOL,
@@ -441,6 +513,8 @@ def _spawn_tool_for(names: tuple[str, ...], listing: str) -> Tool:
     props["agent"].pop("const", None)
     props["agent"]["enum"] = list(names)
     props["agent"]["type"] = "string"
+    if menu:  # a plain enum too (null is accepted, but the model is shown only the choices)
+        props["model"] = {"type": "string", "enum": list(menu), "description": doc["model"]}
     # its size in the prompt, as the model sees it now (the schema was edited after Tool())
     t.spec_chars = (
         len(t.name) + text_units(description) + text_units(canonical_json(t.input_schema))

@@ -99,6 +99,8 @@ class RunState:
     """Approvers answer one pending call at a time (see Policy.check)."""
     models: dict[str, Model] = field(default_factory=dict)
     """The model of every agent that names one, resolved once when the run starts."""
+    menus: dict[str, tuple[Model, ...]] = field(default_factory=dict)
+    """The menu of every agent given ``models=(...)``, resolved with :attr:`models`."""
     capture: bool = False
     """Record message content on spans (read once per run from the GenAI capture variable)."""
     secrets: tuple[str, ...] = ()
@@ -386,6 +388,7 @@ class AgentNode:
             run_id=run_id,
             turn_log=list(self.turn_log),
             output_json=self.output_json,
+            model=f"{self.model.provider}:{self.model.name}",
         )
 
 

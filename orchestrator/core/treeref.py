@@ -53,6 +53,8 @@ def fingerprint(agent: Agent) -> tuple[str, dict[str, str]]:
             "limits": repr(a.limits),
             "max_output_tokens": a.max_output_tokens,
         }
+        if a.models:  # a menu (absent otherwise: a tree without menus keeps its digest)
+            fields["models"] = [m if isinstance(m, str) else type(m).__name__ for m in a.models]
         if a.output_spec is not None:  # a typed answer: changing its type changes the tree
             fields["output"] = [a.output_spec.mode, canonical_json(a.output_spec.schema)]
         for name, value in fields.items():

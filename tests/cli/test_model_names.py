@@ -73,3 +73,22 @@ def test_json_names_each_agent_as_agent_name_and_keeps_agent(
     assert tree["agent_name"] == tree["agent"] == "solo"
     for child in tree["children"]:
         assert child["agent_name"] == child["agent"]
+
+
+MENU_TREE = (
+    "from orchestrator import Agent\n"
+    "child = Agent('helper', 'Help.', description='Helps.',\n"
+    "              models=('anthropic:claude-haiku-5-5', 'openai:gpt-4.1'))\n"
+    "agent = Agent('solo', 'Answer.', subagents=[child], model='anthropic:claude-sonnet-5-5')\n"
+)
+
+
+def test_override_model_replaces_every_model_of_a_menu_too(cli: Cli, tmp_path: Path) -> None:
+    (tmp_path / "menu.py").write_text(MENU_TREE)
+    cli.environ = env
+    proc = cli("run", "menu.py", "hello", "--override-model", "offline", "--json")
+    assert proc.returncode == 0, proc.stderr
+    tree = json.loads(proc.stdout)["tree"]
+    assert tree["children"], "the offline lead spawns its helper"
+    models = {tree["model"], *(c["model"] for c in tree["children"])}
+    assert models == {"offline:offline"}
