@@ -17,6 +17,7 @@ import contextlib
 import errno
 import logging
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable, Iterator
@@ -177,6 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     trace = sub.add_parser("trace", help="look at saved traces")
     _add_trace_commands(trace)
+    _add_runs_commands(sub)
     return parser
 
 
@@ -270,6 +272,44 @@ def _depth(text: str) -> int:
     return value
 
 
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def _duration(text: str) -> float:
+    """``7d``, ``12h``, ``30m``, ``45s``, ``2w`` (or a bare number of seconds) as seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text)
+    if m is None:
+        raise argparse.ArgumentTypeError(
+            f"expected a duration such as 7d, 12h, 30m or 45s, got {text!r}"
+        )
+    return float(m[1]) * _UNITS[m[2] or "s"]
+
+
+def _add_runs_commands(sub: Any) -> None:
+    runs = sub.add_parser(
+        "runs", help="list the runs of the runs folder (journals and traces): id, status, tree"
+    )
+    runs.add_argument("--runs-dir", default=str(DEFAULT_RUNS_DIR))
+    rsub = runs.add_subparsers(dest="runs_command")
+    prune = rsub.add_parser(
+        "prune", help="delete old runs' journals, traces and MCP logs, saying what it deleted"
+    )
+    prune.add_argument(
+        "--older-than",
+        type=_duration,
+        required=True,
+        metavar="DURATION",
+        help="runs whose files last changed longer ago than this (7d, 12h, 30m, 45s)",
+    )
+    prune.add_argument("--dry-run", action="store_true", help="list what would be deleted")
+    prune.add_argument(
+        "--include-pending",
+        action="store_true",
+        help="delete runs awaiting approval too (a running run is always kept)",
+    )
+    prune.add_argument("--runs-dir", default=argparse.SUPPRESS)  # either side of "prune"
+
+
 def _add_trace_commands(trace: argparse.ArgumentParser) -> None:
     tsub = trace.add_subparsers(dest="trace_command", required=True)
     tlist = tsub.add_parser("list", help="list saved runs, newest first")
@@ -316,6 +356,10 @@ def _command(name: str) -> Callable[[argparse.Namespace], int]:
         from .run import cmd_approve
 
         return cmd_approve
+    if name == "runs":
+        from .runs import cmd_runs
+
+        return cmd_runs
     from .trace import cmd_trace
 
     return cmd_trace
