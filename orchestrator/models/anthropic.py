@@ -13,6 +13,7 @@ too (the TLS context, the SSE lines, :class:`Price`) in ``_shared``. See docs/an
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import re
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -422,6 +423,23 @@ def _has_blank_text(message: Message) -> bool:
     return False
 
 
+_API_ID = re.compile(r"[a-zA-Z0-9_-]+").fullmatch
+"""The tool-use ids the API takes (it refuses others with a 400 at every later request)."""
+
+
+def _api_ids(blocks: list[dict[str, Any]]) -> None:
+    """Tool-use ids the API would refuse (the runtime's ``id~2`` for a repeated id, another
+    provider's ``call:1``), in place: each mapped to letters, digits and ``_`` plus a digest of
+    itself, so a call and its result still pair, distinct ids stay distinct, and every request
+    sends the same bytes (the prompt cache). Ids the API takes are sent as they are."""
+    for block in blocks:
+        key = "id" if block["type"] == "tool_use" else "tool_use_id"
+        value = block.get(key)
+        if isinstance(value, str) and not _API_ID(value):
+            digest = hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+            block[key] = f"{re.sub(r'[^a-zA-Z0-9_-]', '_', value)[:40]}_{digest}"
+
+
 def _messages_with_breakpoints(messages: Sequence[Message]) -> list[dict[str, Any]]:
     """Messages as wire dicts, with ``cache_control`` on the last cacheable block of the last
     message and of the newest user message before it.
@@ -433,6 +451,7 @@ def _messages_with_breakpoints(messages: Sequence[Message]) -> list[dict[str, An
     wire: list[dict[str, Any]] = []
     for m in messages:
         message = message_to_wire(m)
+        _api_ids(message["content"])
         if _has_blank_text(m):
             message["content"] = [
                 b for b in message["content"] if b["type"] != "text" or not is_blank(b["text"])

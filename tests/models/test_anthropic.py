@@ -1194,3 +1194,33 @@ async def test_an_endless_stream_is_cut_at_the_output_limit_and_billed_for_it(
     limit = 100 * 32 + 4096  # characters: more than 100 tokens of any tokenizer can hold
     assert limit < len(block.text) <= limit + 100  # read to the limit, not to the server's end
     assert result.usage.output_tokens >= 100  # billed the limit at least, not 0
+
+
+async def test_ids_the_api_would_refuse_are_sent_mapped_and_still_paired(
+    server: FakeMessagesServer,
+) -> None:
+    # a reply repeating an id: the runtime makes the second `toolu_1~2`, which the API refuses
+    # (the fake server checks its id pattern); the adapter sends a form it takes, paired
+    from orchestrator import Agent, RunStatus, run, tool
+
+    paid: list[str] = []
+
+    @tool
+    def pay(who: str) -> str:
+        """Pay someone."""
+        paid.append(who)
+        return f"paid {who}"
+
+    calls = tuple(
+        {"type": "tool_use", "id": "toolu_1", "name": "pay", "input": {"who": who}}
+        for who in ("alice", "bob")
+    )
+    server.push(Reply(calls, stop_reason="tool_use"), text("both paid"))
+    result = await run(Agent("w", "Pay.", model=model_for(server), tools=[pay]), "go")
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert sorted(paid) == ["alice", "bob"]
+    sent = server.bodies[1]["messages"]
+    ids = [b["id"] for b in sent[1]["content"] if b["type"] == "tool_use"]
+    answered = [b["tool_use_id"] for b in sent[2]["content"] if b["type"] == "tool_result"]
+    assert ids[0] == "toolu_1" and ids[1].startswith("toolu_1_2_") and "~" not in ids[1]
+    assert answered == ids  # each result still answers its call

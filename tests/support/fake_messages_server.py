@@ -33,6 +33,7 @@ import hashlib
 import itertools
 import json
 import math
+import re
 import socket
 import threading
 import time
@@ -387,6 +388,12 @@ def _content_problem(messages: list[dict[str, Any]]) -> str | None:
                 f"{', '.join(sorted(map(str, results - pending)))}"
             )
         for j, b in enumerate(blocks):
+            for kind, key in (("tool_use", "id"), ("tool_result", "tool_use_id")):
+                if b.get("type") == kind and not re.fullmatch(r"[a-zA-Z0-9_-]+", str(b.get(key))):
+                    return (
+                        f"messages.{i}.content.{j}.{kind}.{key}: String should match pattern "
+                        "'^[a-zA-Z0-9_-]+$'"
+                    )
             if b.get("type") == "tool_result" and b.get("is_error") and not b.get("content"):
                 return (
                     f"messages.{i}.content.{j}: tool_result: content cannot be empty if "
