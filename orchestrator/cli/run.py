@@ -771,6 +771,8 @@ def _launch(
             crash = exc
         finally:
             if journal is not None:
+                if journal.resuming and not quiet:  # what it replayed, re-ran and ran new
+                    err.write(journal.replay.describe() + "\n")
                 kept = bool(journal_plan and journal_plan.resume) or _recorded(journal)
                 journal.close()
                 if result is None and not kept:

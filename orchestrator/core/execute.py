@@ -242,8 +242,10 @@ async def _replayed(
     its outcome is unknown. A spawn always runs: its child replays its own record, so the
     result tree is whole."""
     assert run.journal is not None
+    if held is not None and held.runtime_tool:
+        return None
     recorded = await run.journaled(run.journal.lookup_call(node.path, node.turns, call.id))
-    if recorded is None or (held is not None and held.runtime_tool):
+    if recorded is None:
         return None
     if recorded.result is not None:
         return recorded.result

@@ -205,6 +205,28 @@ def _response_from_json(body: str) -> ModelResponse:
     )
 
 
+@dataclass
+class ReplayCounts:
+    """What a resume did with the journal: model responses and tool results it replayed, tool
+    calls it found in flight (an idempotent one runs again; any other's outcome is unknown),
+    and model responses and tool results that are new."""
+
+    responses: int = 0
+    results: int = 0
+    in_flight: int = 0
+    new_responses: int = 0
+    new_results: int = 0
+
+    def describe(self) -> str:
+        """One line for the command line's stderr."""
+        return (
+            f"resumed: replayed {self.responses} model responses and {self.results} tool "
+            f"results; {self.in_flight} calls were in flight (run again if idempotent, else "
+            f"answered 'outcome unknown'); new: {self.new_responses} model responses, "
+            f"{self.new_results} tool results (children's answers included)"
+        )
+
+
 class SQLiteJournal:
     """A run's journal in one SQLite file (see the module docstring).
 
@@ -226,6 +248,9 @@ class SQLiteJournal:
         self._lock = lock
         self.resuming = resuming
         """Whether the journal already held a run when it was opened (a resume)."""
+        self.replay = ReplayCounts()
+        """What a resume replayed, found in flight and ran new (counted when resuming)."""
+        self._had_result: set[tuple[str, int, str]] = set()
 
     @classmethod
     def create(cls, path: str | os.PathLike[str], header: JournalHeader) -> SQLiteJournal:
@@ -355,9 +380,14 @@ class SQLiteJournal:
         row = self._db.execute(
             "SELECT body FROM responses WHERE path = ? AND turn = ?", (path, turn)
         ).fetchone()
-        return None if row is None else _response_from_json(row[0])
+        if row is None:
+            return None
+        self.replay.responses += 1
+        return _response_from_json(row[0])
 
     async def record_response(self, path: str, turn: int, response: ModelResponse) -> None:
+        if self.resuming:
+            self.replay.new_responses += 1
         self._write(
             "INSERT OR REPLACE INTO responses (path, turn, body) VALUES (?, ?, ?)",
             (path, turn, _response_to_json(response)),
@@ -374,7 +404,10 @@ class SQLiteJournal:
             return None
         result, is_error = row
         if result is None:
+            self.replay.in_flight += 1
             return RecordedCall(None)
+        self.replay.results += 1
+        self._had_result.add((path, turn, call_id))
         return RecordedCall(ToolResultBlock(call_id, result, bool(is_error)))
 
     async def tool_started(self, path: str, turn: int, call_id: str, idempotent: bool) -> None:
@@ -387,6 +420,8 @@ class SQLiteJournal:
     async def record_result(
         self, path: str, turn: int, call_id: str, result: ToolResultBlock
     ) -> None:
+        if self.resuming and (path, turn, call_id) not in self._had_result:
+            self.replay.new_results += 1
         self._write(
             "INSERT INTO calls (path, turn, call_id, idempotent, result, is_error) "
             "VALUES (?, ?, ?, 0, ?, ?) ON CONFLICT (path, turn, call_id) "

@@ -108,6 +108,13 @@ def test_a_run_parked_in_one_process_is_approved_by_another_and_sends_once(
     assert approved.returncode == 0, approved.stderr
     assert approved.stdout.strip() == "lead: sent to ann"
     assert sent(tmp_path) == ["ann"]
+    # what it replayed (lead's and the mailer's first replies) and ran new: the approved call,
+    # the mailer's answer and the spawn's, and the two replies after them
+    assert (
+        "resumed: replayed 2 model responses and 0 tool results; 0 calls were in flight (run "
+        "again if idempotent, else answered 'outcome unknown'); new: 2 model responses, 2 tool "
+        "results (children's answers included)"
+    ) in approved.stderr
 
     again = orchestrator(tmp_path, "approve", run_id, "--allow", "mail-ann")
     assert again.returncode == 2  # not parked any more: refused, one line
