@@ -391,7 +391,10 @@ async def test_the_anthropic_adapter_refuses_tool_input_nested_past_the_limit(
         wire_text("I will send flatter arguments."),
     )
     model = AnthropicModel("claude-sonnet-4-5", base_url=messages_server.url)
-    result = await run(Agent("root", "Echo.", tools=[echo], model=model), "Go.")
+    # an output cap that allows the reply: a stream past the request's cap is cut (max_tokens
+    # x 32 characters), and the deepest input here is ~600,000 characters
+    agent = Agent("root", "Echo.", tools=[echo], model=model, max_output_tokens=32_000)
+    result = await run(agent, "Go.")
     assert result.status is RunStatus.COMPLETED, result.error
     (res,) = tool_results(result)
     assert res.is_error and LIMIT_TEXT in res.content

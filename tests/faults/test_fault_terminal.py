@@ -224,7 +224,8 @@ def test_plain_progress_lines_carry_no_escape_at_all(piped: Callable[..., CliRun
     assert_clean(proc.stderr, ("INJ-CSI", "INJ-TITLE"))
     starts = [line for line in proc.stderr.splitlines() if line.startswith("start ")]
     assert starts[0] == "start  lead: 'go \\x1b]0;INJ-TITLE\\x07'", proc.stderr
-    assert "\\x1b]8;;https://evil.example/INJ-LINK" not in proc.stderr  # finish lines: no error
+    # an errored child's finish line says why, its error escaped like every other text
+    assert "\\x1b]8;;https://evil.example/INJ-LINK" in proc.stderr
     assert proc.stdout == ANSWER + "\n"
 
 
