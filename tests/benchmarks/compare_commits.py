@@ -6,7 +6,9 @@ imported through ``PYTHONPATH``; the same benchmark script (this checkout's
 three fresh processes, old, new and old again (the order of the first two alternating round by
 round), so load drifting on a shared machine reaches both sides alike; the figures are the
 medians over the rounds of new/old and of old/old (the noise floor: a difference inside it is
-no difference). The load average is printed before and after.
+no difference). On a loaded machine contention only adds CPU, so the least of each side is
+given too (new's least over old's, old's first runs' least over its second runs'). The load
+average is printed before and after.
 
 Usage: ``python tests/benchmarks/compare_commits.py OLD NEW [--rounds 7] [--spec JSON]``
 (default spec: bench_fanout's worker, N = 1,000, L = 0, untraced, 3 runs per process). ``NEW``
@@ -122,6 +124,13 @@ def main() -> None:
         "new_over_old": round(median(new_over_old), 3),
         "new_over_old_rounds": [round(x, 3) for x in new_over_old],
         "old_over_old": round(median(old_over_old), 3),
+        # contention on a loaded machine only adds CPU: the least of each side is the steadier
+        "new_min_over_old_min": round(
+            min(n for _, n, _ in rows) / min(min(o, a) for o, _, a in rows), 3
+        ),
+        "old_min_over_old_again_min": round(
+            min(o for o, _, _ in rows) / min(a for _, _, a in rows), 3
+        ),
         "old_over_old_rounds": [round(x, 3) for x in old_over_old],
     }
     json.dump(result, sys.stdout, indent=1)
