@@ -125,13 +125,7 @@ async def _compact(
                 if state.compaction_threshold is not None:  # estimated tokens: characters / 4
                     room = state.compaction_threshold * 2 - node._fixed_chars
                     source = shorten_kept_results(source, room)
-            response = await _generate(
-                node,
-                run,
-                state.specs,
-                node.agent.max_output_tokens,
-                messages=summary_request(source),
-            )
+            response = await _summary(node, run, state, summary_request(source))
             if response is not CONTEXT_FULL:
                 break
         if isinstance(response, Ended):  # the call ended the agent (a model error, the budget)
@@ -294,6 +288,30 @@ async def _generate(  # noqa: C901 - the hot path, one call in one frame (docs/p
     if not isinstance(response, ModelResponse):  # billed above if anything was billed
         return response
     _bill(node, usage)
+    return response
+
+
+async def _summary(
+    node: AgentNode, run: RunState, state: _LoopState, messages: list[Message]
+) -> ModelResponse | ContextFull | Ended:
+    """The checkpoint summary's model call, through the journal when the run keeps one: the
+    agent's k-th summary is recorded as the response of turn k of ``PATH@compact``, so a
+    resume replays it instead of asking the model to compact again."""
+    journal = run.journal
+    if journal is None:
+        return await _generate(
+            node, run, state.specs, node.agent.max_output_tokens, messages=messages
+        )
+    node.compactions += 1
+    key = f"{node.path}@compact"
+    recorded = await run.journaled(journal.lookup_response(key, node.compactions))
+    if recorded is not None:
+        return replayed(node, recorded)
+    response = await _generate(
+        node, run, state.specs, node.agent.max_output_tokens, messages=messages
+    )
+    if isinstance(response, ModelResponse):
+        await run.journaled(journal.record_response(key, node.compactions, response))
     return response
 
 

@@ -269,6 +269,8 @@ class AgentNode:
     remote_result: RunResult | None = None
     """The result tree of a child that ran elsewhere (a Dask worker): this node is its
     stand-in under its parent, and its result and usage are that tree's."""
+    compactions: int = 0
+    """Checkpoint summaries asked for so far (in a journaled run: the key of each)."""
     spawn_index: int = -1
     """The position of the spawn call that started this child in its parent's step."""
     open_calls: int = 0

@@ -537,6 +537,25 @@ async def test_compaction_keeps_the_facts_the_summary_names_and_is_its_own_span(
     assert {parent_of(s, index) for s in compacts} == set(flagged)
 
 
+async def test_a_resumed_run_replays_its_checkpoint_summaries_and_does_not_compact_again(
+    tmp_path: Any,
+) -> None:
+    from orchestrator import resume
+
+    reader = Reader(total=12)
+    policy = ContextPolicy(compact_at_tokens=2_500)
+    agent = reader_agent(reader)
+    journal = tmp_path / "run.db"
+    first = await run(agent, TASK, limits=BIG, context=policy, journal=journal)
+    assert first.status is RunStatus.COMPLETED, first.error
+    assert len(reader.checkpoints) >= 2
+    asked = len(reader.requests)
+    again = await resume(journal, agent=agent, limits=BIG, context=policy)
+    assert again.status is RunStatus.COMPLETED and again.output == first.output
+    assert len(reader.requests) == asked  # no model call: turns and summaries replayed
+    assert [t.compacted for t in again.turn_log] == [t.compacted for t in first.turn_log]
+
+
 class WindowedModel(FunctionModel):
     """A FunctionModel whose context window is known, for ``compact_at_fraction``."""
 
