@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -131,6 +132,7 @@ def approve_time(n: int) -> None:
         )
         assert parked.returncode == 11, parked.stderr[-2000:]
         [journal] = (work / "runs").glob("*.db")
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         proc = subprocess.Popen(
             [*cli, "approve", journal.stem, "--allow", f"mail-m{n // 2}", "--quiet"],
@@ -147,10 +149,12 @@ def approve_time(n: int) -> None:
         if reached is None and (work / "sent.log").exists():
             reached = time.perf_counter() - start
         exited = time.perf_counter() - start
+        cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
         assert proc.returncode == 11, proc.stderr.read() if proc.stderr else ""  # others parked
     print(
         f"approve of a parked {n}-child run: the approved call ran {reached:.2f} s after the "
-        f"command started; the command exited after {exited:.2f} s"
+        f"command started; the command exited after {exited:.2f} s, having used "
+        f"{cpu.ru_utime + cpu.ru_stime - before.ru_utime - before.ru_stime:.2f} s of CPU"
     )
 
 
