@@ -2,8 +2,8 @@
 
 Driven only by a run's events (``handle.events``), so drawing can never slow the run: if the
 display falls behind, the run drops events instead of waiting. The tree shows each agent's
-state (waiting / running / done / failed), its current step (waiting for the model, which tool),
-turns and tokens; siblings running in parallel are visible side by side. A call the policy
+state (waiting / running / done / failed / parked: waiting for a person), its current step
+(waiting for the model, which tool), turns and tokens; siblings running in parallel are visible side by side. A call the policy
 kept from running shows as declined when an approver (or ``--approve``) said no, and as
 refused with what it was otherwise (an unknown tool, a deny rule, no approver...).
 
@@ -46,7 +46,13 @@ from ..core.terminal import terminal_safe
 __all__ = ["LiveControl", "TerminalApprover", "follow_events"]
 
 _REDRAW_S = 0.125
-_STYLE = {"running": "yellow", "done": "green", "failed": "red", "waiting": "dim"}
+_STYLE = {
+    "running": "yellow",
+    "done": "green",
+    "failed": "red",
+    "waiting": "dim",
+    "parked": "magenta",
+}
 # "waiting": started but not yet at its first model turn (queued behind limits or its parent)
 
 
@@ -92,7 +98,7 @@ class _Board:
                 )
                 parent = node.path.rpartition("/")[0] or None
                 self.children.setdefault(parent, []).append(node.path)
-            if row.state in ("done", "failed"):
+            if row.state in ("done", "failed", "parked"):
                 continue
             line = self.apply(
                 AgentFinished(
@@ -146,7 +152,13 @@ class _Board:
                 return f"refused {self._safe(event.path)}: {tool} ({why}; not run)"
             return None
         if isinstance(event, AgentFinished):
-            row.state = "done" if event.status == "completed" else "failed"
+            row.state = (
+                "done"
+                if event.status == "completed"
+                else "parked"  # waits for a person: nothing failed
+                if event.status == "awaiting_approval"
+                else "failed"
+            )
             status = str(event.status)
             row.step = status if event.error is None else f"{status}: {self._safe(event.error, 60)}"
             row.tokens = event.usage.billed_tokens

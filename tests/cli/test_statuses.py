@@ -72,7 +72,10 @@ async def _progress(status: RunStatus, *, live: bool) -> str:
 @pytest.mark.parametrize("status", list(RunStatus), ids=str)
 async def test_the_progress_view_shows_each_status_as_the_agent_ended(status: RunStatus) -> None:
     plain = await _progress(status, live=False)
-    assert f"finish a: {status.value} (1 turns, 0 tokens)" in plain.splitlines()
+    why = "" if status is RunStatus.COMPLETED else ": why"  # an agent that did not complete
+    assert f"finish a: {status.value} (1 turns, 0 tokens){why}" in plain.splitlines()
     live = await _progress(status, live=True)
-    state = "done" if status is RunStatus.COMPLETED else "failed"
+    state = {RunStatus.COMPLETED: "done", RunStatus.AWAITING_APPROVAL: "parked"}.get(
+        status, "failed"
+    )
     assert f"a [{state}] {status.value}" in live
