@@ -432,7 +432,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
         wanted.update((i, True) for i in args.allow)
         wanted.update((i, False) for i in args.deny)
         if not wanted:
-            _print_pending(header.run_id, pending, sys.stdout)
+            _print_pending(header.run_id, pending, sys.stdout, limit=None)
             return EXIT_CODES[RunStatus.AWAITING_APPROVAL]
         try:
             decisions = resolve_approvals(wanted, parked)
@@ -441,15 +441,26 @@ def cmd_approve(args: argparse.Namespace) -> int:
         return _resume(args, decisions)
 
 
-def _print_pending(run_id: str, pending: list[Any], out: TextIO) -> None:
-    """The parked calls, one a line, and how to decide them."""
+_SHOWN_PENDING = 20
+"""Parked calls a run's end lists on stderr (``orchestrator approve RUN`` lists them all)."""
+
+
+def _print_pending(
+    run_id: str, pending: list[Any], out: TextIO, limit: int | None = _SHOWN_PENDING
+) -> None:
+    """The parked calls, one a line (the first ``limit``), and how to decide them."""
     secrets = secret_values()
-    for call in pending:
+    for call in pending[:limit]:
         shown = json.dumps(call.input, ensure_ascii=False)
         if len(shown) > 600:
             shown = f"{shown[:300]} … ({len(shown) - 500:,} characters not shown) … {shown[-200:]}"
         line = f"  {call.id}  {call.agent_path}  {call.tool} {shown}"
         out.write(terminal_safe(redact(line, secrets)) + "\n")
+    if limit is not None and len(pending) > limit:
+        out.write(
+            f"  ... and {len(pending) - limit:,} more (orchestrator approve {run_id} lists "
+            "them all)\n"
+        )
     out.write(f"decide with: orchestrator approve {run_id} --allow ID | --deny ID | --allow-all\n")
 
 
