@@ -330,7 +330,11 @@ def _add_trace_commands(trace: argparse.ArgumentParser) -> None:
     texport = tsub.add_parser("export", help="send a saved trace to an OTLP endpoint")
     texport.add_argument("run", help="run id (prefix) or trace file")
     texport.add_argument(
-        "--endpoint", required=True, help="OTLP endpoint, e.g. http://127.0.0.1:4318"
+        "--endpoint",
+        "--to",
+        dest="endpoint",
+        required=True,
+        help="OTLP endpoint, e.g. http://127.0.0.1:4318 (--to is the same option)",
     )
     texport.add_argument(
         "--protocol",

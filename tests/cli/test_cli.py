@@ -845,7 +845,11 @@ def test_trace_list_piped_keeps_whole_values_and_trace_errors_go_to_stderr(
     (row,) = [line for line in listing.stdout.splitlines() if run_id in line]
     assert "max_turns" in row.split() and "looper" in row.split(), listing.stdout
 
-    for args in (("trace", "show", "nope"), ("trace", "export", "nope", "--endpoint", "x")):
+    for args in (
+        ("trace", "show", "nope"),
+        ("trace", "export", "nope", "--endpoint", "x"),
+        ("trace", "export", "nope", "--to", "x"),  # the same option
+    ):
         failed = cli(*args)
         assert failed.returncode == 1
         assert failed.stdout == "" and "error:" in failed.stderr
