@@ -48,6 +48,7 @@ from .policy import PARK, Decision, Park, PendingCall
 from .redact import redact
 from .state import AgentNode, RunState, _AskInOrder
 from .tools import (
+    NotedResult,
     Tool,
     ToolContext,
     ToolRuntime,
@@ -462,6 +463,13 @@ async def execute(
         except ToolError as exc:
             message = describe_exception(exc, with_type=False)
             return error_result(call.id, message, limit, "ToolError")
+        if isinstance(value, NotedResult):  # its notes follow as blocks of their own
+            block = (
+                error_result(call.id, value.text, limit, "ToolError")
+                if value.is_error
+                else _value_result(t, call, value.text, rt)
+            )
+            return dataclasses.replace(block, notes=value.notes)
         return _value_result(t, call, value, rt)
     attempt = 0
     # tool_timeout bounds the call, retries included: a retry gets what is left of it, and a

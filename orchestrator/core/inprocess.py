@@ -43,7 +43,14 @@ from .runner import (
     RunDefinitions,
     as_json,
 )
-from .spawn import SPAWN_TOOL, build_child, check_model_choice, plan_child, summarize
+from .spawn import (
+    SPAWN_TOOL,
+    build_child,
+    check_budget_tokens,
+    check_model_choice,
+    plan_child,
+    summarize,
+)
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
@@ -151,13 +158,20 @@ class SpawnSide:
     # -- the spawn tool's ----------------------------------------------------------------
 
     def plan(
-        self, agent: str, task: str, tools: list[str] | None, model: str | None = None
+        self,
+        agent: str,
+        task: str,
+        tools: list[str] | None,
+        model: str | None = None,
+        budget_tokens: int | None = None,
     ) -> ChildSpec:
-        """The child a spawn call asks for (``model``: picked from the agent's menu); raises
-        ``ToolError`` if it may not start."""
+        """The child a spawn call asks for (``model``: picked from the agent's menu;
+        ``budget_tokens``: its sub-budget); raises ``ToolError`` if it may not start."""
         run, node = self.state, self.node
         definition = run.tree.by_name[agent]
-        check_model_choice(definition, model)  # before plan_child: a refused call takes no slot
+        # before plan_child: a refused call takes no slot
+        check_model_choice(definition, model)
+        check_budget_tokens(node, budget_tokens)
         path, held, limits = plan_child(
             run, node, definition, task, tools, (self.turn, self.position)
         )
@@ -185,6 +199,7 @@ class SpawnSide:
             self.turn,
             self.position,
             model,
+            budget_tokens,
         )
         self._admitted = (spec, held, limits)
         return spec
@@ -208,6 +223,7 @@ class SpawnSide:
             (spec.turn, spec.position),
             (admitted[1], admitted[2]) if admitted is not None and admitted[0] is spec else None,
             spec.model,
+            spec.budget_tokens,
         )
         return self.child
 

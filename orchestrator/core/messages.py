@@ -117,12 +117,24 @@ class ToolResultBlock:
     without its text: ``timeout``, ``invalid_arguments``, ``refused`` (the policy or an unknown
     tool), ``ToolError``, an exception's class (``KeyError``, ``httpx.ReadTimeout``), ... It is not sent to the model, is left
     out of equality, and is not part of the wire form (a history read back from JSON has none).
+
+    ``notes`` are texts that follow ``content`` as blocks of their own (the budget left after
+    a spawn): on the Messages API the result's content is then a list of text blocks, so
+    ``content`` (a typed child's JSON) stays whole and alone in the first; a provider taking
+    one text gets them joined after it by blank lines. A history read back keeps them apart.
     """
 
     tool_use_id: str
     content: str
     is_error: bool = False
     error_type: str | None = field(default=None, compare=False)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def full_text(self) -> str:
+        """``content`` and its notes as one text (for a provider that takes one)."""
+        return "\n\n".join((self.content, *self.notes)) if self.notes else self.content
+
     type: ClassVar[str] = "tool_result"
 
 
@@ -311,7 +323,9 @@ def to_wire(block: Block) -> dict[str, Any]:
         out: dict[str, Any] = {
             "type": "tool_result",
             "tool_use_id": block.tool_use_id,
-            "content": block.content,
+            "content": block.content
+            if not block.notes
+            else [{"type": "text", "text": t} for t in (block.content, *block.notes)],
         }
         if block.is_error:
             out["is_error"] = True
@@ -333,9 +347,17 @@ def block_from_wire(data: Mapping[str, Any]) -> Block:
         return ToolUseBlock(str(data["id"]), str(data["name"]), dict(data.get("input") or {}))
     if kind == "tool_result":
         content = data.get("content", "")
+        notes: tuple[str, ...] = ()
         if not isinstance(content, str):
-            content = _result_text(content) if content else ""
-        return ToolResultBlock(str(data["tool_use_id"]), content, bool(data.get("is_error", False)))
+            parts = list(content) if content else []
+            texts = _result_texts(parts)
+            if len(texts) > 1 and len(texts) == len(parts):  # text blocks only: kept apart
+                content, notes = texts[0], tuple(texts[1:])
+            else:
+                content = "\n".join(texts)
+        return ToolResultBlock(
+            str(data["tool_use_id"]), content, bool(data.get("is_error", False)), notes=notes
+        )
     if kind == "redacted_thinking":
         return RedactedThinkingBlock(str(data.get("data", "")))
     if kind == "thinking":
@@ -343,8 +365,8 @@ def block_from_wire(data: Mapping[str, Any]) -> Block:
     raise ValueError(f"unsupported content block type {kind!r}")
 
 
-def _result_text(parts: Iterable[Any]) -> str:
-    """The text of a ``tool_result``'s list of content parts (its text parts, joined).
+def _result_texts(parts: Iterable[Any]) -> list[str]:
+    """The texts of a ``tool_result``'s list of content parts (its text parts).
 
     The parts are text, images and documents, never blocks that hold blocks: a nested
     ``tool_result`` is refused rather than parsed (recursion that a crafted history could
@@ -360,7 +382,7 @@ def _result_text(parts: Iterable[Any]) -> str:
         block = block_from_wire(part) if kind != "text" else TextBlock(str(part["text"]))
         if isinstance(block, TextBlock):
             texts.append(block.text)
-    return "\n".join(texts)
+    return texts
 
 
 def message_from_wire(data: Mapping[str, Any]) -> Message:

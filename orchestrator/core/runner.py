@@ -79,7 +79,7 @@ class ChildSpec:
     elsewhere parents its spans under it. ``turn`` and ``position`` are the spawn call's turn
     in the parent and its position in that turn's reply. ``model`` is the model the spawn call
     picked from the agent's menu, as the menu names it (``None``: the agent's own or inherited
-    model, its menu's first).
+    model, its menu's first); ``budget_tokens`` the sub-budget the call gave it.
     """
 
     tree: str
@@ -95,6 +95,8 @@ class ChildSpec:
     turn: int = 0
     position: int = 0
     model: str | None = None
+    budget_tokens: int | None = None
+    """A token sub-budget the spawn call gave this child (``None``: none of its own)."""
 
 
 @record

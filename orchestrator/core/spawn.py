@@ -40,7 +40,7 @@ from .messages import (
 from .policy import Policy
 from .result import RunStatus
 from .state import AgentNode, Limiters, Quota, RunState, make_runtime
-from .tools import Tool, ToolContext
+from .tools import NotedResult, Tool, ToolContext
 
 if TYPE_CHECKING:
     from .inprocess import SpawnSide
@@ -237,6 +237,9 @@ def _starts(run: RunState, parent: AgentNode, call: ToolUseBlock) -> bool:
     choice = arguments.get("model")
     if choice is not None and choice not in [model_label(m) for m in agent.models]:
         return False
+    share = arguments.get("budget_tokens")
+    if share is not None and not 1 <= share <= parent.ledger.room()[0]:
+        return False
     requested = arguments["tools"]
     if requested is None:
         return True
@@ -305,12 +308,14 @@ def build_child(
     key: tuple[int, int],
     admitted: tuple[dict[str, Tool], Limits] | None = None,
     model: str | None = None,
+    budget_tokens: int | None = None,
 ) -> AgentNode:
     """The node of a child :func:`plan_child` admitted, under ``parent``: its sub-budget,
     slots and agent quota chained to the parent's (where its definition sets its own), its
     deadline, its tools, its transcript (the task), counted among the parent's children.
     ``admitted``: the tools and limits :func:`plan_child` found for it (else found again);
-    ``model``: the model the spawn call picked from the agent's menu."""
+    ``model``: the model the spawn call picked from the agent's menu; ``budget_tokens``: the
+    sub-budget it gave the child."""
     agent = run.tree.by_name[agent_name]
     if admitted is not None:  # what plan_child found for this very child
         tools, limits = admitted
@@ -327,6 +332,8 @@ def build_child(
     ledger = parent.ledger
     if own.token_budget is not None or own.cost_budget_usd is not None:
         ledger = Ledger(own.token_budget, own.cost_budget_usd, parent.ledger)
+    if budget_tokens is not None:  # the spawn call's own share, within what the agent may use
+        ledger = Ledger(budget_tokens, None, ledger)
     limiters = parent.limiters
     if own.max_concurrency is not None:
         limiters = Limiters((Slots(own.max_concurrency), *parent.limiters.chain))
@@ -359,6 +366,41 @@ def build_child(
     book.granted.discard(position)  # used (until here, the step's end would give it back)
     book.started_in_turn[turn] = book.started_in_turn.get(turn, 0) + 1
     return child
+
+
+def check_budget_tokens(parent: AgentNode, budget_tokens: int | None) -> None:
+    """Raise ToolError for a spawn call's ``budget_tokens`` below 1 or above what is left."""
+    if budget_tokens is None:
+        return
+    left = parent.ledger.room()[0]
+    if budget_tokens < 1 or budget_tokens > left:
+        shown = "no token budget" if left == math.inf else f"{int(left):,} tokens left"
+        raise ToolError(
+            f"budget_tokens={budget_tokens:,} cannot be given: it must be at least 1 and at "
+            f"most what is left ({shown}); ask for less or omit budget_tokens"
+        )
+
+
+def budgets_set(run: RunState) -> bool:
+    """Whether a token or cost budget was set explicitly: on the run (or the CLI) or on a
+    definition (the default token budget alone is not)."""
+    layers = [run.run_limits, *(a.limits for a in run.tree.by_name.values())]
+    return any(
+        lim is not None and (lim.token_budget is not None or lim.cost_budget_usd is not None)
+        for lim in layers
+    )
+
+
+def budget_note(parent: AgentNode) -> str:
+    """What is left for ``parent`` to spend (the lesser of the run's remainder and its own
+    sub-budget), as its model reads it after a spawn: ``[budget left: 812,400 tokens, $3.12]``."""
+    tokens, cost = parent.ledger.room()
+    parts = []
+    if tokens < math.inf:
+        parts.append(f"{int(tokens):,} tokens")
+    if cost < math.inf:
+        parts.append(f"${cost:,.2f}")
+    return f"[budget left: {', '.join(parts) or 'unlimited'}]"
 
 
 def check_model_choice(agent: Agent, choice: str | None) -> None:
@@ -431,23 +473,33 @@ def _menu_line(agent: Agent) -> str:
 @functools.lru_cache(maxsize=256)
 def _spawn_tool_for(names: tuple[str, ...], listing: str, menu: tuple[str, ...] = ()) -> Tool:
     async def spawn(
-        ctx: ToolContext, agent: str, task: str, tools: list[str] | None, model: str | None
-    ) -> str:
+        ctx: ToolContext,
+        agent: str,
+        task: str,
+        tools: list[str] | None,
+        model: str | None,
+        budget_tokens: int | None,
+    ) -> NotedResult:
         side = cast("SpawnSide | None", ctx._parent)
         if side is None:
             raise ToolError("spawn_subagent can only be called by the runtime, inside a run")
         # planned and run here, not in a helper: the child's loop runs under this frame
-        spec = side.plan(agent, task, tools, model)
+        spec = side.plan(agent, task, tools, model, budget_tokens)
         outcome = None
         try:
             outcome = await side.runner.run(spec, side)
         finally:
             side.roll_up(spec, outcome)
+        # what is left, in a block of its own after the answer: only where a budget was set,
+        # and never in the prompt or the tools (the cached prefix stays byte-stable)
+        notes = (budget_note(side.node),) if budgets_set(side.state) else ()
         if outcome.status is RunStatus.COMPLETED:
-            return outcome.output
-        raise ToolError(
+            return NotedResult(outcome.output, notes)
+        return NotedResult(
             f"subagent {outcome.path} ended with status {outcome.status.value}: "
-            f"{outcome.error}. {outcome.summary}"
+            f"{outcome.error}. {outcome.summary}",
+            notes,
+            is_error=True,
         )
 
     # the model property only when some subagent has a menu: a tree without menus (or under
@@ -460,8 +512,9 @@ def _spawn_tool_for(names: tuple[str, ...], listing: str, menu: tuple[str, ...] 
             task: str,
             tools: list[str] | None = None,
             model: str | None = None,
-        ) -> str:
-            return await spawn(ctx, agent, task, tools, model)
+            budget_tokens: int | None = None,
+        ) -> NotedResult:
+            return await spawn(ctx, agent, task, tools, model, budget_tokens)
 
         spawn_subagent.__annotations__ = {
             "ctx": ToolContext,
@@ -469,20 +522,26 @@ def _spawn_tool_for(names: tuple[str, ...], listing: str, menu: tuple[str, ...] 
             "task": str,
             "tools": list[str] | None,
             "model": Literal[menu] | None,
+            "budget_tokens": int | None,
             "return": str,
         }
     else:
 
         async def spawn_subagent(  # type: ignore[misc]  # the same tool without `model`
-            ctx: ToolContext, agent: str, task: str, tools: list[str] | None = None
-        ) -> str:
-            return await spawn(ctx, agent, task, tools, None)
+            ctx: ToolContext,
+            agent: str,
+            task: str,
+            tools: list[str] | None = None,
+            budget_tokens: int | None = None,
+        ) -> NotedResult:
+            return await spawn(ctx, agent, task, tools, None, budget_tokens)
 
         spawn_subagent.__annotations__ = {
             "ctx": ToolContext,
             "agent": Literal[names],
             "task": str,
             "tools": list[str] | None,
+            "budget_tokens": int | None,
             "return": str,
         }
     description = (
@@ -490,12 +549,14 @@ def _spawn_tool_for(names: tuple[str, ...], listing: str, menu: tuple[str, ...] 
         "transcript: put everything it needs in `task`. Several calls in one turn run in "
         "parallel. `tools` may narrow the subagent's tools to a subset."
         + (" `model` picks the subagent's model from its menu." if menu else "")
+        + " `budget_tokens` caps what the subagent may spend, within what is left."
         + f"\nAvailable subagents:\n{listing}"
     )
     doc = {
         "agent": "which subagent to start",
         "task": "the complete task, self-contained",
         "tools": "optional subset of the subagent's tools",
+        "budget_tokens": "optional token budget for the subagent (at most what is left)",
     }
     if menu:
         doc["model"] = "optional model for the subagent, from its menu (default: its first)"
@@ -513,6 +574,11 @@ def _spawn_tool_for(names: tuple[str, ...], listing: str, menu: tuple[str, ...] 
     props["agent"].pop("const", None)
     props["agent"]["enum"] = list(names)
     props["agent"]["type"] = "string"
+    props["budget_tokens"] = {
+        "type": "integer",
+        "minimum": 1,
+        "description": doc["budget_tokens"],
+    }
     if menu:  # a plain enum too (null is accepted, but the model is shown only the choices)
         props["model"] = {"type": "string", "enum": list(menu), "description": doc["model"]}
     # its size in the prompt, as the model sees it now (the schema was edited after Tool())

@@ -401,7 +401,7 @@ def _message_chars(message: Message) -> int:
         if isinstance(b, TextBlock):
             n += text_units(b.text)
         elif isinstance(b, ToolResultBlock):
-            n += text_units(b.content) + 16
+            n += text_units(b.content) + 16 + sum(text_units(t) + 8 for t in b.notes)
         elif isinstance(b, ToolUseBlock):
             n += len(b.name) + text_units(str(b.input)) + 16  # a size estimate: no need for JSON
         else:

@@ -52,7 +52,7 @@ from .redact import redact
 if TYPE_CHECKING:
     from .runner import Parent
 
-__all__ = ["SchemaTool", "Tool", "ToolContext", "tool"]
+__all__ = ["NotedResult", "SchemaTool", "Tool", "ToolContext", "tool"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 _NAME_RE = re.compile(r"[a-zA-Z0-9_-]{1,64}")  # fullmatch ("$" allows "x\n")
@@ -60,6 +60,17 @@ RESERVED_TOOL_NAMES = frozenset({"spawn_subagent"})
 NO_OUTPUT = "(no output)"
 MAX_ERROR_CHARS = 100_000
 """The cap of an error result made outside a tool call (the loop's refusals)."""
+
+
+@record
+class NotedResult:
+    """A runtime tool's answer (``spawn_subagent``'s) with notes that follow it as text blocks
+    of their own (:attr:`~.messages.ToolResultBlock.notes`); ``is_error``: the call failed and
+    ``text`` says why."""
+
+    text: str
+    notes: tuple[str, ...] = ()
+    is_error: bool = False
 
 
 @record

@@ -105,7 +105,7 @@ def wire_messages(system: str, messages: Sequence[Message]) -> list[dict[str, An
         if m.role == "user":
             for b in m.content:
                 if isinstance(b, ToolResultBlock):
-                    content = b.content
+                    content = b.full_text  # one text: its notes after it
                     if b.is_error:
                         content = _ERROR_PREFIX + content
                     wire.append({"role": "tool", "tool_call_id": b.tool_use_id, "content": content})

@@ -150,7 +150,7 @@ async def test_without_menus_the_spawn_tool_has_no_model_property_and_refuses_on
     result = await run(lead, "q")
 
     spec = next(t for t in seen[0].tools if t.name == "spawn_subagent")
-    assert set(spec.input_schema["properties"]) == {"agent", "task", "tools"}
+    assert set(spec.input_schema["properties"]) == {"agent", "task", "tools", "budget_tokens"}
     assert "model" not in spec.description
     assert result_for(result.messages, "s0").is_error
     assert result.children == []

@@ -1224,3 +1224,22 @@ async def test_ids_the_api_would_refuse_are_sent_mapped_and_still_paired(
     answered = [b["tool_use_id"] for b in sent[2]["content"] if b["type"] == "tool_result"]
     assert ids[0] == "toolu_1" and ids[1].startswith("toolu_1_2_") and "~" not in ids[1]
     assert answered == ids  # each result still answers its call
+
+
+async def test_a_results_notes_go_as_text_blocks_after_its_content(
+    server: FakeMessagesServer,
+) -> None:
+    server.push(text("ok"))
+    note = "[budget left: 812,400 tokens, $3.12]"
+    messages = [
+        Message.user("Research."),
+        Message.assistant(ToolUseBlock("toolu_1", "spawn_subagent", {"agent": "r", "task": "t"})),
+        Message.user(ToolResultBlock("toolu_1", '{"claim":"x"}', notes=(note,))),
+    ]
+    async with open_ctx() as ctx:
+        await model_for(server).request(make_request(messages), ctx)
+    [result] = server.bodies[0]["messages"][2]["content"]
+    assert strip_cache_control(result["content"]) == [
+        {"type": "text", "text": '{"claim":"x"}'},
+        {"type": "text", "text": note},
+    ]

@@ -1071,3 +1071,19 @@ async def test_a_long_answer_within_the_limit_is_not_cut(server: FakeChatServer)
     async with open_ctx() as ctx:
         result = await model_for(server).request(make_request(max_tokens=100), ctx)
     assert result.content == (TextBlock(answer),) and result.stop_reason == "end_turn"
+
+
+async def test_a_results_notes_are_joined_after_its_content_in_the_tool_message(
+    server: FakeChatServer,
+) -> None:
+    server.push(text("ok"))
+    note = "[budget left: 812,400 tokens, $3.12]"
+    messages = [
+        Message.user("Research."),
+        Message.assistant(ToolUseBlock("call_1", "spawn_subagent", {"agent": "r", "task": "t"})),
+        Message.user(ToolResultBlock("call_1", '{"claim":"x"}', notes=(note,))),
+    ]
+    async with open_ctx() as ctx:
+        await model_for(server).request(make_request(messages), ctx)
+    [tool_message] = [m for m in server.bodies[0]["messages"] if m["role"] == "tool"]
+    assert tool_message["content"] == '{"claim":"x"}\n\n' + note
