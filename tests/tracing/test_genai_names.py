@@ -73,7 +73,10 @@ def problem(name: str) -> str | None:
 def test_every_gen_ai_name_in_the_source_is_one_the_conventions_define() -> None:
     found: dict[str, list[str]] = {}
     for path in sorted(PACKAGE.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        source = path.read_text()
+        if "gen_ai." not in source:  # most modules: no need to parse them
+            continue
+        for node in ast.walk(ast.parse(source, str(path))):
             if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
                 continue
             if NAME.fullmatch(node.value) or (
