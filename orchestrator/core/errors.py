@@ -22,6 +22,7 @@ in when that is not this one (tests/core/test_errors.py checks the drawing again
     +-- TraceFileError (also a ValueError)       (tracing.tracefiles) not OTLP/JSON lines
     +-- TraceNotFoundError (also a LookupError)  (tracing.tracefiles) no saved trace matches
     +-- TraceExportError                         (tracing.export) a saved trace was not sent
+    +-- ConformanceError (also an AssertionError) (_conformance) a seam broke its contract
 """
 
 from __future__ import annotations

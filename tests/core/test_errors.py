@@ -27,7 +27,7 @@ class Drawn:
 
 
 _NODE = re.compile(r"^(?P<bars>(?:\|   |    )*)\+-- (?P<name>\w+)")
-_MODULE = re.compile(r"\((?P<module>[a-z_]+(?:\.[a-z_]+)+)\)")
+_MODULE = re.compile(r"\((?P<module>[a-z_]+(?:\.[a-z_]+)*)\)")
 _ALSO = re.compile(r"\(also an? (?P<builtin>\w+)\)")
 
 
