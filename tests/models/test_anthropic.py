@@ -18,6 +18,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import typing
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -1243,3 +1244,38 @@ async def test_a_results_notes_go_as_text_blocks_after_its_content(
         {"type": "text", "text": '{"claim":"x"}'},
         {"type": "text", "text": note},
     ]
+
+
+async def test_the_fake_cache_decides_at_arrival_and_serves_an_entry_once_its_writer_responds(
+    server: FakeMessagesServer,
+) -> None:
+    # The prompt cache as the API runs it: a request's reads and writes are decided when it
+    # arrives, and what it writes is readable only once its response has started. Request A is
+    # held before answering; B, with the same prefix, arrives meanwhile and must miss and write
+    # too; C, sent after A's response started, reads.
+    gate = threading.Event()
+    server.push(Stall(60, then=text("a"), until=gate), text("b"), text("c"))
+    prefix = "x" * 4_000  # the system prompt: the shared prefix, closed by its breakpoint
+    usage: dict[str, Any] = {}
+
+    async def ask(name: str) -> None:
+        async with open_ctx() as ctx:
+            request = make_request([Message.user(name)], system=prefix, tools=())
+            usage[name] = (await model_for(server).request(request, ctx)).usage
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ask, "A")
+        await trio.to_thread.run_sync(server.stalled.wait, 60)  # A arrived and is held
+        await ask("B")
+        gate.set()
+    await ask("C")
+
+    assert usage["A"].cache_write_tokens > 1_000 and usage["A"].cache_read_tokens == 0
+    assert usage["B"].cache_write_tokens == usage["A"].cache_write_tokens
+    assert usage["B"].cache_read_tokens == 0
+    # C reads the shared prefix (the system prompt) and writes only its own message
+    assert 1_000 <= usage["C"].cache_read_tokens < usage["A"].cache_write_tokens
+    assert (
+        usage["C"].cache_write_tokens
+        == usage["A"].cache_write_tokens - usage["C"].cache_read_tokens
+    )

@@ -14,7 +14,8 @@ when the request says ``"stream": true``, in server-sent events framed like the 
 
 Every request is recorded (headers, raw body, parsed JSON) for assertions, and a simulated
 prompt cache reports ``cache_creation_input_tokens`` / ``cache_read_input_tokens`` by the API's
-rules: the prompt is the blocks of ``tools``, then ``system``, then ``messages``; a block with
+rules (a request's reads and writes are decided when it arrives, and what it writes is readable
+by others only once its response starts: siblings sent at once all miss and all write): the prompt is the blocks of ``tools``, then ``system``, then ``messages``; a block with
 ``cache_control`` is a breakpoint (at most 4); a request reads the longest cached prefix that ends
 at a breakpoint or at one of the 20 blocks before it, and writes the prefix at each breakpoint past
 that. ``cache_control`` itself is not part of the prefix, so a breakpoint can move from turn to
@@ -38,7 +39,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeAlias
@@ -129,11 +130,13 @@ class Malformed:
 @dataclass(frozen=True)
 class Stall:
     """Wait ``seconds`` (before answering, or after ``message_start`` when ``mid_stream``), then
-    answer ``then`` (default: the text ``"late"``). The wait ends early when the server stops."""
+    answer ``then`` (default: the text ``"late"``). The wait ends early when the server stops,
+    or when ``until`` (an event the test sets) is set."""
 
     seconds: float
     mid_stream: bool = False
     then: Message | None = None
+    until: threading.Event | None = None
 
 
 @dataclass(frozen=True)
@@ -259,7 +262,24 @@ class PromptCache:
         return out
 
     def account(self, body: Mapping[str, Any]) -> CacheUsage:
-        """Look the request up in the cache, store its new prefixes, and return its usage.
+        """Look the request up in the cache, store its new prefixes at once, and return its
+        usage (:meth:`decide` and :meth:`publish` in one step).
+
+        Raises ``ValueError`` (the server answers 400) for more than 4 breakpoints.
+        """
+        usage, written = self.decide(body)
+        self.publish(written)
+        return usage
+
+    def publish(self, written: Sequence[str]) -> None:
+        """Make the prefixes a request wrote readable (the server calls it when that request's
+        response starts: on the API an entry exists from then, not from its arrival)."""
+        with self._lock:
+            self._entries.update(written)
+
+    def decide(self, body: Mapping[str, Any]) -> tuple[CacheUsage, list[str]]:
+        """A request's usage as decided when it arrives (what it reads, what it writes), and
+        the prefixes it writes, not yet readable by others (see :meth:`publish`).
 
         Raises ``ValueError`` (the server answers 400) for more than 4 breakpoints.
         """
@@ -290,12 +310,13 @@ class PromptCache:
                         break
             read = cumulative[hit] if hit >= 0 else 0
             written_to = hit
+            written: list[str] = []
             for bp in breakpoints:
                 if bp > hit and cumulative[bp] >= self.min_tokens:
-                    self._entries.add(hashes[bp])
+                    written.append(hashes[bp])
                     written_to = max(written_to, bp)
             creation = cumulative[written_to] - read if written_to > hit else 0
-        return CacheUsage(total - read - creation, creation, read)
+        return CacheUsage(total - read - creation, creation, read), written
 
     def clear(self) -> None:
         with self._lock:
@@ -457,8 +478,12 @@ class FakeMessagesServer:
         cache_lookback: int = 20,
         min_cacheable_tokens: int = 0,
         chars_per_token: int = 4,
+        time_to_first_token: float = 0.0,
     ) -> None:
         self.responder = responder
+        self.time_to_first_token = time_to_first_token
+        """Seconds every answer waits before it starts (a benchmark's latency; tests order
+        events with :class:`Stall` ``until`` instead)."""
         self.cache = PromptCache(
             lookback=cache_lookback,
             min_tokens=min_cacheable_tokens,
@@ -586,6 +611,12 @@ class FakeMessagesServer:
             self._send_error(h, Error(400, "invalid_request_error", problem), api_key)
             return
         assert parsed is not None
+        try:  # the cache is looked up when the request arrives, as on the API
+            decided = self.cache.decide(parsed)
+        except ValueError as exc:  # too many breakpoints
+            record.reply = "Error 400"
+            self._send_error(h, Error(400, "invalid_request_error", str(exc)), "")
+            return
         reply = self._next_reply(parsed, index)
         record.reply = type(reply).__name__ + (
             f" {reply.status}" if isinstance(reply, Error) else ""
@@ -599,10 +630,19 @@ class FakeMessagesServer:
             self._send_malformed(h, reply, stream)
         elif isinstance(reply, Stall) and not reply.mid_stream:
             self.stalled.set()
-            self._stop.wait(reply.seconds)
-            self._send_message(h, parsed, reply.then or text("late"), stream, record)
+            self._wait(reply)
+            self._send_message(h, parsed, reply.then or text("late"), stream, record, decided)
         else:
-            self._send_message(h, parsed, reply, stream, record)
+            self._send_message(h, parsed, reply, stream, record, decided)
+
+    def _wait(self, stall: Stall) -> bool:
+        """Wait out a stall: ``True`` when the server is stopping."""
+        deadline = time.monotonic() + stall.seconds
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            if stall.until is not None and stall.until.is_set():
+                break
+            self._stop.wait(min(0.01, max(0.0, deadline - time.monotonic())))
+        return self._stop.is_set()
 
     @staticmethod
     def _validate(body: dict[str, Any] | None) -> str | None:
@@ -673,8 +713,7 @@ class FakeMessagesServer:
                 h, 200, reply.body or b'{"id": "msg_01", "content": [', "application/json"
             )
 
-    def _usage(self, body: dict[str, Any], reply: Message) -> dict[str, int]:
-        cached = self.cache.account(body)
+    def _usage(self, cached: CacheUsage, reply: Message) -> dict[str, int]:
         content_chars = sum(
             len(json.dumps({k: v for k, v in b.items() if not k.startswith("_")}))
             for b in reply.content
@@ -709,9 +748,17 @@ class FakeMessagesServer:
         }
 
     def _send_message(
-        self, h: _Handler, body: dict[str, Any], reply: Reply, stream: bool, record: RecordedRequest
+        self,
+        h: _Handler,
+        body: dict[str, Any],
+        reply: Reply,
+        stream: bool,
+        record: RecordedRequest,
+        decided: tuple[CacheUsage, list[str]],
     ) -> None:
-        """A successful answer (possibly broken part way, for the stream-failure replies)."""
+        """A successful answer (possibly broken part way, for the stream-failure replies): its
+        cache usage as decided when it arrived; what it wrote becomes readable as it starts,
+        after the server's time to first token."""
         message = reply if isinstance(reply, Message) else None
         if isinstance(reply, Endless):
             message = text("")
@@ -719,12 +766,11 @@ class FakeMessagesServer:
             message = reply.then or text("late" if isinstance(reply, Stall) else "never finished")
         if message is None:  # StreamError: a message_start, then the error
             message = text("")
-        try:
-            usage = self._usage(body, message)
-        except ValueError as exc:  # too many breakpoints
-            self._send_error(h, Error(400, "invalid_request_error", str(exc)), "")
-            return
+        usage = self._usage(decided[0], message)
         record.usage = usage
+        if self.time_to_first_token > 0:
+            self._stop.wait(self.time_to_first_token)
+        self.cache.publish(decided[1])  # the response starts: its entries exist from now
         msg_id = f"msg_{next(self._ids):06d}"
         full = self._message_json(body, message, usage, msg_id)
         if not stream:
