@@ -31,6 +31,7 @@ The handle of :func:`open_run` mirrors :class:`orchestrator.RunHandle`, awaited 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import collections
 import contextlib
 import contextvars
@@ -110,6 +111,7 @@ class _Host:
 
     def _start(self) -> None:
         self.running = True
+        _watch_abandoned_runs()
         try:
             trio.lowlevel.start_guest_run(
                 self._main,
@@ -190,6 +192,37 @@ class _Host:
 
 
 _hosts: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Host] = weakref.WeakKeyDictionary()
+_watching = False
+
+
+def _watch_abandoned_runs() -> None:
+    """Register the exit check once, when the first guest run starts: after the tracer
+    providers a program made first, so it runs before their own exit hooks (last in, first
+    out) and a program's log handlers are still there."""
+    global _watching
+    if not _watching:
+        _watching = True
+        atexit.register(_warn_abandoned_runs)
+
+
+def _warn_abandoned_runs() -> None:
+    """At exit, say in one line that runs were still running when their loop closed.
+
+    A loop closed under a running ``aio.run`` (``loop.close()`` after ``run_until_complete``,
+    a test framework's loop torn down) drops the guest run's pending callbacks: its runs never
+    resume, their spans never end, and nothing would say so. ``asyncio.run`` cancels leftover
+    tasks before closing, so its runs wind down (cancelled) and are not counted here.
+    """
+    runs = sum(h.active for h in list(_hosts.values()) if h.running and h.loop.is_closed())
+    if runs:
+        _logger.warning(
+            "orchestrator.aio: %d run%s still running when %s asyncio loop closed; %s spans "
+            "were never ended (await or cancel every aio run before closing the loop)",
+            runs,
+            "" if runs == 1 else "s",
+            "its" if runs == 1 else "their",
+            "its" if runs == 1 else "their",
+        )
 
 
 def _host() -> _Host:

@@ -374,3 +374,57 @@ def test_a_typed_tree_awaited_from_asyncio_returns_the_validated_instance() -> N
         return result.output  # a Nap to mypy, without a cast
 
     assert asyncio.run(main()) == Nap(slept_ms=5, said="slept 5")
+
+
+CLOSES_ITS_LOOP = """
+import asyncio, sys
+from orchestrator import Agent, aio, tool
+from orchestrator.models import ScriptedModel, text, tool_call
+from orchestrator.testing import recording_spans
+
+@tool
+async def nap(ms: int) -> str:
+    '''Sleep on asyncio.
+
+    Args:
+        ms: How long, in milliseconds.
+    '''
+    await asyncio.sleep(ms / 1000)
+    return "slept"
+
+agent = Agent("napper", "Nap.", tools=[nap],
+              model=ScriptedModel([tool_call("nap", {"ms": 60_000}), text("napped")]))
+with recording_spans() as spans:
+    loop = asyncio.new_event_loop()
+    async def main():
+        task = asyncio.ensure_future(aio.run(agent, "go", tracer_provider=spans.tracer_provider))
+        while not spans.spans:  # the model call is done: the tool is napping
+            await asyncio.sleep(0.01)
+        if sys.argv[1] == "cancel":
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    loop.run_until_complete(main())
+    loop.close()
+    print(sorted(s.name for s in spans.spans))
+"""
+
+
+@pytest.mark.parametrize("ending", ["close", "cancel"])
+def test_a_loop_closed_under_a_running_run_is_reported_in_one_line_at_exit(
+    tmp_path: Path, ending: str
+) -> None:
+    script = tmp_path / "closes_its_loop.py"
+    script.write_text(CLOSES_ITS_LOOP)
+    proc = subprocess.run(
+        [sys.executable, str(script), ending], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    if ending == "close":  # the run's spans are lost: the exit says so, in one line
+        assert "invoke_agent napper" not in proc.stdout
+        assert proc.stderr.splitlines() == [
+            "orchestrator.aio: 1 run still running when its asyncio loop closed; its spans "
+            "were never ended (await or cancel every aio run before closing the loop)"
+        ]
+    else:  # a run cancelled before the close wound down: every span ended, nothing to say
+        assert "invoke_agent napper" in proc.stdout
+        assert proc.stderr == ""
