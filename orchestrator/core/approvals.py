@@ -165,8 +165,9 @@ async def _record(journal: ApprovalJournal, call: PendingApproval) -> None:
 def resolve_approvals(
     approvals: Mapping[str, bool], parked: list[tuple[PendingApproval, bool | None]]
 ) -> dict[Key, bool]:
-    """``{id or unique prefix: allow}`` as decisions on the undecided parked calls; an id that
-    names none, or more than one, is a ConfigurationError (one line)."""
+    """``{id or unique prefix: allow}`` as decisions on the undecided parked calls (``AGENT_PATH:ID``
+    names a call of one agent, where two agents' models used the same id); an id that names
+    none, or more than one, is a ConfigurationError (one line)."""
     undecided = [call for call, decision in parked if decision is None]
     out: dict[Key, bool] = {}
     for given, allow in approvals.items():
@@ -174,15 +175,20 @@ def resolve_approvals(
             raise ConfigurationError(
                 f"approvals map a pending call's id to True or False, got {given!r}: {allow!r}"
             )
-        exact = [c for c in undecided if c.id == given]
-        found = exact or [c for c in undecided if c.id.startswith(given)]
+        among = undecided
+        path, colon, rest = given.rpartition(":")
+        if colon and any(c.agent_path == path for c in undecided):  # AGENT_PATH:ID
+            among, given = [c for c in undecided if c.agent_path == path], rest
+        exact = [c for c in among if c.id == given]
+        found = exact or [c for c in among if c.id.startswith(given)]
         if not found:
             pending = ", ".join(c.id for c in undecided) or "none"
             raise ConfigurationError(f"no pending call {given!r} in this run (pending: {pending})")
         if len(found) > 1:
             raise ConfigurationError(
                 f"{given!r} names {len(found)} pending calls "
-                f"({', '.join(f'{c.id} of {c.agent_path}' for c in found)}); give more of its id"
+                f"({', '.join(f'{c.id} of {c.agent_path}' for c in found)}); give more of its "
+                "id, or AGENT_PATH:ID"
             )
         call = found[0]
         out[(call.agent_path, call.turn, call.id)] = allow

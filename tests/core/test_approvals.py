@@ -194,3 +194,25 @@ async def test_time_parked_is_not_charged_to_the_resumed_run(
     done = await resume(journal, agent=LEAD, approvals={"mail-ann": True, "mail-bob": False})
     assert done.status is RunStatus.COMPLETED, done.error
     assert SENT == ["ann"]
+
+
+async def test_an_id_two_agents_share_is_refused_as_ambiguous_and_taken_with_its_agents_path(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    same = FunctionModel(
+        lambda r: (
+            response(tool_call("send_email", {"to": r.agent.path}, id="mail"))
+            if len(r.messages) == 1
+            else text(r.messages[-1].content[0].content)
+        ),
+        name="m",
+    )
+    lead = LEAD.replace(subagents=[MAILER.replace(model=same), LOOKER])
+    journal = tmp_path / "run.db"
+    result = await run(lead, "go", policy=Policy(approver=DEFER), journal=journal)
+    assert [p.id for p in result.pending_approvals] == ["mail", "mail"]
+    with pytest.raises(ConfigurationError, match="'mail' names 2 pending calls"):
+        await resume(journal, agent=lead, approvals={"mail": True})
+    done = await resume(journal, agent=lead, approvals={"lead/mailer#2:mail": True})
+    assert done.status is RunStatus.AWAITING_APPROVAL  # mailer#1's call is still parked
+    assert SENT == ["lead/mailer#2"]
