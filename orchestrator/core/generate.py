@@ -10,9 +10,11 @@ shortening, the summary request) are :mod:`.compaction`'s, which sits below the 
 
 from __future__ import annotations
 
+import dataclasses
 from functools import partial
 from typing import Any
 
+import trio
 from opentelemetry.trace import SpanKind
 
 from ..models.base import (
@@ -175,6 +177,13 @@ async def _generate(  # noqa: C901 - the hot path, one call in one frame (docs/p
     """One model call under the ledger and the concurrency limit: the reply, :data:`CONTEXT_FULL`
     if the provider said the input is too long, or how the agent ends (the budget, an error).
     """
+    warmup = node.warmup
+    if warmup is not None:  # a first call in a group of siblings sharing a cached prefix
+        node.warmup = None
+        if not warmup.leader:  # wait for the leader's response to start: its prefix is cached
+            with trio.move_on_after(warmup.wait):
+                await warmup.started.wait()
+            warmup = None
     model = node.model
     estimate = node.estimate()
     ledger = node.ledger
@@ -207,6 +216,8 @@ async def _generate(  # noqa: C901 - the hot path, one call in one frame (docs/p
     )
     ctx = node.model_context or _model_context(run, node)
     node.model_context = ctx
+    if warmup is not None:  # the leader: its siblings go when its response starts
+        ctx = dataclasses.replace(ctx, on_response_start=warmup.started.set)
     usage: Usage | None = None  # None: unknown, a call sent and cut may still be billed
     passed: Usage | None = None  # what a fallback chain's failed attempts billed
     try:
@@ -277,6 +288,8 @@ async def _generate(  # noqa: C901 - the hot path, one call in one frame (docs/p
         if usage is None:
             usage = response.usage if isinstance(response, ModelResponse) else Usage()
     finally:
+        if warmup is not None:  # answered or failed: the siblings wait no longer
+            warmup.started.set()
         if usage is None and run.cut_answers:  # answered, then cut before it could be used
             cut = run.cut_answers.pop()
             usage = clamp_usage(cut.usage) if isinstance(cut, ModelResponse) else None

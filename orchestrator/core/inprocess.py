@@ -51,6 +51,7 @@ from .spawn import (
     plan_child,
     summarize,
 )
+from .state import Warmup
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
@@ -226,6 +227,25 @@ class SpawnSide:
             spec.budget_tokens,
         )
         return self.child
+
+    def join_warmup(self, child: AgentNode) -> None:
+        """Put a child run here in its turn's group of siblings sharing a cached prefix (one
+        definition, tool set and model, on a provider with prompt caching): the first of a
+        group leads, the others' first calls wait for its response to start. Only for
+        children run in this process (a runner elsewhere has its own clients and timing)."""
+        book = self.node.spawns
+        if book is None or not getattr(child.model, "prompt_caching", False):
+            return
+        if book.warmup_turn != self.turn:
+            book.warmup_turn, book.warmups = self.turn, {}
+        key = (child.agent.name, frozenset(child.tools), id(child.model))
+        started = book.warmups.get(key)
+        wait = child.limits.cache_warmup_wait or 0.0
+        if started is None:
+            book.warmups[key] = started = trio.Event()
+            child.warmup = Warmup(started, True, wait)
+        elif wait > 0 and not started.is_set():
+            child.warmup = Warmup(started, False, wait)
 
     def outcome(self, child: AgentNode) -> ChildOutcome:
         """How a child ended."""
@@ -470,6 +490,7 @@ class InProcessRunner:
                 f"got {type(parent).__name__}"
             )
         child = parent.build(spec)
+        parent.join_warmup(child)
         await _run_agent()(child, parent.state)
         return parent.outcome(child)
 

@@ -26,7 +26,7 @@ __all__ = [
     "tree_wide_limits",
 ]
 
-_FLOAT_FIELDS = frozenset({"timeout", "tool_timeout", "cost_budget_usd"})
+_FLOAT_FIELDS = frozenset({"timeout", "tool_timeout", "cost_budget_usd", "cache_warmup_wait"})
 TREE_WIDE_FIELDS = ("timeout", "token_budget", "cost_budget_usd", "max_agents", "max_concurrency")
 
 
@@ -46,6 +46,8 @@ class Limits:
     ``tool_timeout``: seconds per tool call. ``max_result_chars``: cap on one tool result.
     ``output_retries``: how many times a typed agent's output may be rejected and asked again
     before it ends ``invalid_output`` (per agent; ``0``: the first rejection ends it).
+    ``cache_warmup_wait``: how long, at most, siblings sharing a cached prefix hold their first
+    call for the first sibling's response to start (see docs/performance.md).
     """
 
     max_turns: int | None = None
@@ -61,6 +63,7 @@ class Limits:
     tool_timeout: float | None = None
     max_result_chars: int | None = None
     output_retries: int | None = None
+    cache_warmup_wait: float | None = None
 
     def __post_init__(self) -> None:
         for name in _FIELD_NAMES:
@@ -140,6 +143,7 @@ DEFAULT_LIMITS = Limits(
     tool_timeout=120.0,
     max_result_chars=100_000,
     output_retries=2,
+    cache_warmup_wait=5.0,
 )
 """The pinned defaults from DESIGN.md (``cost_budget_usd`` unset means no cost limit)."""
 

@@ -126,6 +126,8 @@ class SpawnBook:
         "slot",
         "started_in_turn",
         "turn",
+        "warmup_turn",
+        "warmups",
     )
 
     def __init__(self) -> None:
@@ -141,6 +143,10 @@ class SpawnBook:
         """Call positions of the turn holding one of the run's agents (``max_agents``)."""
         self.declined: set[tuple[int, int]] = set()
         """(turn, call position) of this step's calls the policy refused."""
+        self.warmup_turn: int | None = None
+        self.warmups: dict[tuple[str, frozenset[str], int], trio.Event] = {}
+        """This turn's groups of siblings sharing a cached prefix -> when the leader's
+        response started (see ``SpawnSide.join_warmup``)."""
         self.leased: dict[int, set[int]] = {}
         """Turn -> call positions whose children (run elsewhere) took a budget lease: the room
         left is shared among the turn's others."""

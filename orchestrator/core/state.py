@@ -219,6 +219,18 @@ class Limiters:
 
 
 @dataclass(eq=False, slots=True)
+class Warmup:
+    """A child's place in a group of siblings that share a cached prefix (one definition, tool
+    set and model, on a provider with prompt caching): the leader's first call goes out alone
+    and sets ``started`` when its response starts; the others' first calls wait for that, at
+    most ``wait`` seconds."""
+
+    started: trio.Event
+    leader: bool
+    wait: float
+
+
+@dataclass(eq=False, slots=True)
 class AgentNode:
     """The state of one agent run; becomes a :class:`RunResult` when it ends."""
 
@@ -273,6 +285,8 @@ class AgentNode:
     """Checkpoint summaries asked for so far (in a journaled run: the key of each)."""
     spawn_index: int = -1
     """The position of the spawn call that started this child in its parent's step."""
+    warmup: Warmup | None = None
+    """Until its first model call: the group of siblings sharing a cached prefix it is in."""
     open_calls: int = 0
     held: set[int] | None = None
     waiting: bool = False

@@ -122,6 +122,7 @@ class Assembler:
         if kind == "message_start":
             message = event["message"]
             self.started = True
+            self._ctx.on_response_start()  # its cache writes are readable from now
             self.id = str(message.get("id") or "")
             self.model = str(message.get("model") or "")
             self._usage(message.get("usage"))

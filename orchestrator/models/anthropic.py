@@ -148,6 +148,9 @@ class AnthropicModel:
     supports_native_output = True
     """``output_mode="native"`` sends ``output_config.format`` (a JSON schema): the answer's
     text is then JSON of the agent's output type."""
+    prompt_caching = True
+    """Its prompt cache serves a prefix once the response that wrote it starts: siblings of
+    one definition wait for the first one's (see Limits.cache_warmup_wait)."""
 
     def __init__(
         self,

@@ -165,6 +165,10 @@ class ModelContext:
     on_wait: Callable[[float, str], None] = lambda _seconds, _why: None
     """An adapter is about to wait this many seconds before sending (a retry's backoff or
     the provider's retry-after, a rate limit's gate), for this reason: shown in the progress."""
+    on_response_start: Callable[[], None] = lambda: None
+    """The response has started (a streamed answer's first event): a model with
+    ``prompt_caching = True`` calls it, as what the request wrote to the cache is readable
+    from then."""
 
 
 @runtime_checkable

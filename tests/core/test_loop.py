@@ -448,6 +448,7 @@ def test_the_default_limits_are_the_pinned_ones():
         tool_timeout=120,
         max_result_chars=100_000,
         output_retries=2,
+        cache_warmup_wait=5.0,
     )
     assert pinned == DEFAULT_LIMITS
 

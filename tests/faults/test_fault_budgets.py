@@ -255,6 +255,9 @@ async def test_the_same_fan_out_under_budgets_it_fills_to_85_percent_is_never_re
     )
     assert out.result is not None
     assert all(n.status is RunStatus.COMPLETED for n in nodes(out.result))
-    assert out.result.usage.billed_tokens == spent.billed_tokens
+    # the same calls; only the budget notes after spawn results name other figures (what is
+    # left of another budget), a few characters longer or shorter each
+    spawns = sum(len(n.children) for n in nodes(out.result))
+    assert abs(out.result.usage.billed_tokens - spent.billed_tokens) <= 32 * spawns
     faulty = find_faulty(out.result, depth)
     assert faulty is not None and len(faulty.children) == WORKERS

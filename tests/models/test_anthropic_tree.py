@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import json
 import runpy
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support.fake_messages_server import FakeMessagesServer
+from support.fake_messages_server import FakeMessagesServer, Stall
 from support.fake_messages_server import Message as Reply
 from support.fake_messages_server import text as reply_text
 from support.fake_messages_server import tool_use as reply_tool_use
 
-from orchestrator import Agent, ContextPolicy, RunStatus, run, tool
+from orchestrator import Agent, ContextPolicy, Limits, RunStatus, run, tool
 from orchestrator.core.messages import ToolUseBlock, to_wire
 from orchestrator.models.anthropic import AnthropicModel
 from orchestrator.models.scripted import response
@@ -318,3 +319,83 @@ async def test_a_failed_call_that_was_billed_shows_its_usage_on_its_chat_span(
         1400,
         "ERROR",
     )
+
+
+# --------------------------------------------------------------------------------------------
+# Siblings share the cache: over real HTTP on the realistic fake (usage decided on arrival, an
+# entry readable once its writer's response starts).
+
+RESEARCHER_PROMPT = "You research one part of a question. " + "Be thorough and cite. " * 700
+
+
+class _Siblings:
+    """Answers the lead (four researchers in one turn) and the researchers. With ``hold``, the
+    researchers' answers are held until all four have arrived (siblings sent together)."""
+
+    def __init__(self, hold: bool) -> None:
+        self.hold = hold
+        self.arrived = 0
+        self.lock = threading.Lock()
+        self.gate = threading.Event()
+
+    def __call__(self, body: dict[str, Any]) -> Reply | Stall:
+        system = "".join(block["text"] for block in body["system"])
+        turn = sum(1 for m in body["messages"] if m["role"] == "assistant")
+        if system.startswith("You lead") and turn == 0:
+            calls = tuple(
+                {
+                    "type": "tool_use",
+                    "id": f"toolu_spawn_{i}",
+                    "name": "spawn_subagent",
+                    "input": {"agent": "researcher", "task": f"part {i} of the question"},
+                }
+                for i in range(4)
+            )
+            return Reply(calls, stop_reason="tool_use")
+        if turn or system.startswith("You lead"):
+            return reply_text("done")
+        with self.lock:
+            self.arrived += 1
+            if self.arrived == 4:
+                self.gate.set()
+        if self.hold:
+            return Stall(60, then=reply_text("the part's answer"), until=self.gate)
+        return reply_text("the part's answer")
+
+
+@pytest.mark.parametrize("siblings_wait", [True, False])
+async def test_siblings_write_the_shared_prefix_once_over_http(siblings_wait: bool) -> None:
+    # without waiting, the siblings' answers are held until all four arrived, as siblings
+    # sent together arrive on the API; with waiting, nothing is held but the order of events
+    responder = _Siblings(hold=not siblings_wait)
+    with FakeMessagesServer(responder=responder) as server:
+        model = AnthropicModel(
+            "claude-sonnet-5-5", api_key="sk-ant-test-key-000000", base_url=server.url
+        )
+        if not siblings_wait:  # the same model without prompt caching declared: no waiting
+            model.prompt_caching = False  # type: ignore[misc]
+        researcher = Agent("researcher", RESEARCHER_PROMPT)
+        lead = Agent("lead", "You lead.", subagents=[researcher], model=model)
+
+        result = await run(lead, "q", limits=Limits(cache_warmup_wait=60.0))
+
+    assert result.status is RunStatus.COMPLETED, result.error
+    firsts = [
+        r
+        for r in server.requests
+        if r.json is not None
+        and "".join(b["text"] for b in r.json["system"]) != "You lead."
+        and not any(m["role"] == "assistant" for m in r.json["messages"])
+    ]
+    assert len(firsts) == 4
+    firsts.sort(key=lambda r: r.received_at)
+    writes = [(r.usage or {})["cache_creation_input_tokens"] for r in firsts]
+    reads = [(r.usage or {})["cache_read_input_tokens"] for r in firsts]
+    prefix = len(RESEARCHER_PROMPT) // 4  # the fake's estimate of the shared system prompt
+    if siblings_wait:
+        leader = firsts[0]
+        assert all(r.received_at >= leader.started_at > 0 for r in firsts[1:])
+        assert reads[0] == 0 and all(read >= prefix for read in reads[1:])
+        assert sum(writes) <= 1.3 * prefix
+    else:
+        assert all(write >= prefix for write in writes)  # every sibling wrote it again

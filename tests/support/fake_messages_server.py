@@ -342,6 +342,9 @@ class RecordedRequest:
     received_at: float = 0.0
     """``time.monotonic()`` when the body had been read."""
     usage: dict[str, int] | None = None
+    started_at: float = 0.0
+    """When its response started (``time.monotonic()``; 0: it did not): what it wrote to the
+    cache is readable from then."""
     """The usage the server reported, for a successful answer."""
 
 
@@ -770,6 +773,7 @@ class FakeMessagesServer:
         record.usage = usage
         if self.time_to_first_token > 0:
             self._stop.wait(self.time_to_first_token)
+        record.started_at = time.monotonic()
         self.cache.publish(decided[1])  # the response starts: its entries exist from now
         msg_id = f"msg_{next(self._ids):06d}"
         full = self._message_json(body, message, usage, msg_id)
