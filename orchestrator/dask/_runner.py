@@ -271,6 +271,10 @@ class DaskRunner:
                     processes=True,
                     host="127.0.0.1",
                     dashboard_address=None,
+                    # no dashboard, but the scheduler's HTTP server (health, metrics) still
+                    # starts, on 8787 unless told: a free port, and no "Port 8787 is already
+                    # in use" warning when another cluster holds it
+                    scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
                 )
                 return Client(cluster, set_as_default=False), cluster
             return Client(
@@ -464,10 +468,9 @@ async def _answer_approvals(
             return
         while True:
             try:
-                item = await trio.to_thread.run_sync(
-                    partial(queue.get, timeout=0.5), abandon_on_cancel=True
-                )
-            except Exception:
+                # no timeout (see _read_events): the end mark ends the wait
+                item = await trio.to_thread.run_sync(queue.get, abandon_on_cancel=True)
+            except Exception:  # the queue failed
                 await trio.sleep(0.05)
                 continue
             if item == _END:
@@ -544,11 +547,10 @@ async def _read_events(
         except Exception:
             return
         while True:
-            try:
-                batch = await trio.to_thread.run_sync(
-                    partial(queue.get, timeout=0.5), abandon_on_cancel=True
-                )
-            except Exception:  # nothing came within the timeout (or the queue failed)
+            try:  # no timeout: one that expires is logged by the scheduler as an ERROR with a
+                # traceback (on the CLI's stderr, for local:N); the end mark ends the wait
+                batch = await trio.to_thread.run_sync(queue.get, abandon_on_cancel=True)
+            except Exception:  # the queue failed
                 await trio.sleep(0.05)
                 continue
             if batch == _END:

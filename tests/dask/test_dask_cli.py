@@ -6,9 +6,11 @@ own), but for the run that is killed mid-flight, which needs a process to kill.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -221,3 +223,66 @@ def test_the_research_tree_runs_its_researchers_on_a_local_cluster(orchestrator:
     assert [c["output"] for c in remote["tree"]["children"]] == [
         c["output"] for c in local["tree"]["children"]
     ]
+
+
+BREAKS = textwrap.dedent(
+    """
+    import os
+
+    from mytree import agent, helper
+
+    from orchestrator.models import FunctionModel
+
+    def broken(request):
+        raise RuntimeError("the helper's model broke on purpose")
+
+    if os.environ.get("HELPER_BREAKS"):
+        agent = agent.replace(subagents=[helper.replace(model=FunctionModel(broken))])
+    """
+)
+
+
+CLI = (sys.executable, "-m", "orchestrator.cli")
+
+
+@pytest.mark.parametrize("breaks", [False, True])
+def test_a_dask_run_keeps_dasks_own_logs_off_stderr_and_a_failure_still_says_why(
+    tmp_path: Path, breaks: bool
+):
+    (tmp_path / "mytree.py").write_text(TREE)
+    (tmp_path / "tree.py").write_text(BREAKS)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+    if breaks:
+        env["HELPER_BREAKS"] = "1"
+    with socket.socket() as held:  # Dask's default HTTP port taken, as by another cluster
+        with contextlib.suppress(OSError):  # already taken by someone else: as good
+            held.bind(("127.0.0.1", 8787))
+            held.listen()
+        done = subprocess.run(
+            [
+                *CLI,
+                "run",
+                "tree.py",
+                "go",
+                "--dask",
+                "local:2",
+                "--runs-dir",
+                str(tmp_path / "runs"),
+            ],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 0, done.stderr
+    # nothing of distributed's own: no logged traceback, no port warning
+    assert "Traceback" not in done.stderr
+    assert "distributed" not in done.stderr
+    assert "Warning" not in done.stderr
+    if breaks:  # the helpers' failure, from the workers, is still on stderr, with why
+        assert "finish lead/helper#1: error" in done.stderr
+        assert "the helper's model broke on purpose" in done.stderr
+    else:
+        assert done.stdout.strip() == "one ran in a worker; two ran in a worker"
