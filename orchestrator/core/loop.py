@@ -76,17 +76,11 @@ def _agent_attributes(node: AgentNode, run: RunState) -> dict[str, Any]:
 async def run_agent(node: AgentNode, run: RunState) -> None:
     """Run ``node``'s loop to its end. Cancellation from outside still finishes the node."""
     node.started_at = trio.current_time()
-    if run.parking is not None:  # a run that may park calls counts who is not waiting
-        run.parking.agent_started(node)
-        try:
-            await _run_agent(node, run)
-        finally:
-            run.parking.agent_finished(node)
-        return
-    await _run_agent(node, run)
-
-
-async def _run_agent(node: AgentNode, run: RunState) -> None:
+    # one frame, not a wrapper's: every agent waits under this one, and each frame on a
+    # waiting agent's stack is passed through at each of its wakeups
+    parking = run.parking
+    if parking is not None:  # a run that may park calls counts who is not waiting
+        parking.agent_started(node)
     if run.events.enabled:
         run.events.emit(
             AgentStarted(
@@ -126,6 +120,8 @@ async def _run_agent(node: AgentNode, run: RunState) -> None:
                 node.finish(*run.cut_status(node))
             raise
         finally:
+            if parking is not None:
+                parking.agent_finished(node)
             if node.status is None:  # an orchestrator bug is propagating: still leave a valid node
                 node.finish(RunStatus.ERROR, "internal error")
             usage = node.subtree_usage()  # the whole subtree's, walked once
