@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from .core.errors import OutputRejected as OutputRejected
     from .core.errors import RunFailedError as RunFailedError
     from .core.errors import ToolError as ToolError
+    from .core.hosted import WebFetch as WebFetch
+    from .core.hosted import WebSearch as WebSearch
     from .core.inprocess import InProcessRunner as InProcessRunner
     from .core.journal import Journal as Journal
     from .core.journal import NullJournal as NullJournal
@@ -98,6 +100,8 @@ __all__ = [
     "ToolResultBlock",
     "ToolUseBlock",
     "Usage",
+    "WebFetch",
+    "WebSearch",
     "__version__",
     "corpus_tools",
     "notes_tools",
@@ -151,6 +155,8 @@ _LAZY: dict[str, str] = {
     "ChildRunner": "orchestrator.core.runner",
     "ChildSpec": "orchestrator.core.runner",
     "InProcessRunner": "orchestrator.core.inprocess",
+    "WebFetch": "orchestrator.core.hosted",
+    "WebSearch": "orchestrator.core.hosted",
     "Parent": "orchestrator.core.runner",
     "Tool": "orchestrator.core.tools",
     "ToolContext": "orchestrator.core.tools",

@@ -53,6 +53,8 @@ EXPORTS = {
         "ToolResultBlock",
         "ToolUseBlock",
         "Usage",
+        "WebFetch",
+        "WebSearch",
         "__version__",
         "corpus_tools",
         "notes_tools",
@@ -104,7 +106,7 @@ EXPORTS = {
         "resolve_protocol",
     ],
     "orchestrator.mcp": ["MCPServer"],
-    "orchestrator.tools": ["Tool", "ToolContext", "ToolError", "tool"],
+    "orchestrator.tools": ["Tool", "ToolContext", "ToolError", "WebFetch", "WebSearch", "tool"],
     "orchestrator.aio": ["AioEvents", "AioRunHandle", "open_run", "resume", "run"],
     "orchestrator.testing": [
         "ConformanceError",
@@ -137,6 +139,8 @@ DOCUMENTED_PATHS = {
 FACADE_NAMES = {
     "orchestrator": {
         "Corpus": "orchestrator.research.corpus",
+        "WebFetch": "orchestrator.core.hosted",
+        "WebSearch": "orchestrator.core.hosted",
         "NoteStore": "orchestrator.toolsets.notes",
         "corpus_tools": "orchestrator.research.tools",
         "notes_tools": "orchestrator.toolsets.notes",
@@ -151,6 +155,8 @@ FACADE_NAMES = {
         "Tool": "orchestrator.core.tools",
         "ToolContext": "orchestrator.core.tools",
         "ToolError": "orchestrator.core.errors",
+        "WebFetch": "orchestrator.core.hosted",
+        "WebSearch": "orchestrator.core.hosted",
         "tool": "orchestrator.core.tools",
     },
 }

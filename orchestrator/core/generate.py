@@ -351,6 +351,8 @@ def _bill(node: AgentNode, usage: Usage) -> None:
         own.cache_write_tokens + usage.cache_write_tokens,
         own.cost_usd + usage.cost_usd,
         own.requests + 1,
+        own.web_search_requests + usage.web_search_requests,
+        own.web_fetch_requests + usage.web_fetch_requests,
     )
 
 

@@ -184,6 +184,8 @@ def _response_to_json(response: ModelResponse) -> str:
                 usage.cache_write_tokens,
                 usage.cost_usd,
                 usage.requests,
+                usage.web_search_requests,
+                usage.web_fetch_requests,
             ],
             "model": response.model,
             "id": response.id,
@@ -195,11 +197,12 @@ def _response_to_json(response: ModelResponse) -> str:
 
 def _response_from_json(body: str) -> ModelResponse:
     data = json.loads(body)
-    i, o, r, w, c, n = data["usage"]
+    i, o, r, w, c, n, *hosted = data["usage"]  # journals before hosted tools have six
+    s, f = (int(hosted[0]), int(hosted[1])) if len(hosted) == 2 else (0, 0)
     return ModelResponse(
         tuple(block_from_wire(b) for b in data["content"]),
         str(data["stop_reason"]),
-        Usage(int(i), int(o), int(r), int(w), float(c), int(n)),
+        Usage(int(i), int(o), int(r), int(w), float(c), int(n), s, f),
         str(data.get("model") or ""),
         str(data.get("id") or ""),
     )

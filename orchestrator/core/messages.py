@@ -30,6 +30,8 @@ __all__ = [
     "RedactedThinkingBlock",
     "RefusedInput",
     "Role",
+    "ServerToolResultBlock",
+    "ServerToolUseBlock",
     "TextBlock",
     "ThinkingBlock",
     "ToolResultBlock",
@@ -58,9 +60,14 @@ once per level, and Python's stack holds about 1,000 levels, fewer in a deep age
 
 @record
 class TextBlock:
-    """Plain text from the user or the model."""
+    """Plain text from the user or the model.
+
+    ``citations`` are the provider's, kept exactly as received (web search and web fetch
+    results cite their sources this way) and sent back unchanged; empty for most text.
+    """
 
     text: str
+    citations: tuple[Mapping[str, Any], ...] = field(default=(), hash=False)
     type: ClassVar[str] = "text"
 
 
@@ -89,6 +96,59 @@ class ToolUseBlock:
     name: str
     input: Mapping[str, Any]
     type: ClassVar[str] = "tool_use"
+
+
+@record
+class ServerToolUseBlock:
+    """A tool call the provider ran itself (a hosted tool: ``web_search``, ``web_fetch``).
+
+    ``data`` is the block exactly as received (``id``, ``name``, ``input`` and any field the
+    API adds), sent back unchanged; the loop never runs it and nothing answers it.
+    """
+
+    data: Mapping[str, Any] = field(hash=False)
+    type: ClassVar[str] = "server_tool_use"
+
+    @property
+    def id(self) -> str:
+        """The call's id, which its result block names."""
+        return str(self.data.get("id", ""))
+
+    @property
+    def name(self) -> str:
+        """The hosted tool's name (``web_search``, ``web_fetch``)."""
+        return str(self.data.get("name", ""))
+
+    @property
+    def input(self) -> Mapping[str, Any]:
+        """The call's input (``{"query": ...}``, ``{"url": ...}``)."""
+        value = self.data.get("input")
+        return value if isinstance(value, Mapping) else {}
+
+
+SERVER_RESULT_TYPES: Final = frozenset({"web_search_tool_result", "web_fetch_tool_result"})
+"""The result blocks of the hosted tools the transcript keeps."""
+
+
+@record
+class ServerToolResultBlock:
+    """What a hosted tool returned, in the same assistant message as its call.
+
+    ``data`` is the block exactly as received (a ``web_search_tool_result`` or a
+    ``web_fetch_tool_result``: results, encrypted content, or an error code), sent back unchanged.
+    """
+
+    data: Mapping[str, Any] = field(hash=False)
+
+    @property
+    def type(self) -> str:
+        """The block's wire type (``web_search_tool_result``, ``web_fetch_tool_result``)."""
+        return str(self.data.get("type", ""))
+
+    @property
+    def tool_use_id(self) -> str:
+        """The id of the :class:`ServerToolUseBlock` this answers."""
+        return str(self.data.get("tool_use_id", ""))
 
 
 class RefusedInput(dict[str, Any]):
@@ -139,9 +199,23 @@ class ToolResultBlock:
 
 
 Block: TypeAlias = (
-    TextBlock | ThinkingBlock | RedactedThinkingBlock | ToolUseBlock | ToolResultBlock
+    TextBlock
+    | ThinkingBlock
+    | RedactedThinkingBlock
+    | ToolUseBlock
+    | ToolResultBlock
+    | ServerToolUseBlock
+    | ServerToolResultBlock
 )
-BLOCK_TYPES = (TextBlock, ThinkingBlock, RedactedThinkingBlock, ToolUseBlock, ToolResultBlock)
+BLOCK_TYPES = (
+    TextBlock,
+    ThinkingBlock,
+    RedactedThinkingBlock,
+    ToolUseBlock,
+    ToolResultBlock,
+    ServerToolUseBlock,
+    ServerToolResultBlock,
+)
 """The classes of :data:`Block`, for ``isinstance`` checks."""
 
 
@@ -180,7 +254,9 @@ class Usage:
     ``input_tokens`` counts all input, cache reads and writes included, as the OpenTelemetry
     GenAI conventions count it; ``cache_read_tokens`` and ``cache_write_tokens`` say how much of
     it the prompt cache served or stored. ``billed_tokens`` (input plus output) is what the
-    run's token budget counts.
+    run's token budget counts. ``web_search_requests`` and ``web_fetch_requests`` count the
+    hosted tools' uses the provider reported (its ``server_tool_use`` figures); their price is
+    in ``cost_usd``.
     """
 
     input_tokens: int = 0
@@ -189,6 +265,8 @@ class Usage:
     cache_write_tokens: int = 0
     cost_usd: float = 0.0
     requests: int = field(default=0, compare=False)
+    web_search_requests: int = 0
+    web_fetch_requests: int = 0
 
     def __add__(self, other: Usage) -> Usage:
         if not isinstance(other, Usage):
@@ -200,6 +278,8 @@ class Usage:
             self.cache_write_tokens + other.cache_write_tokens,
             self.cost_usd + other.cost_usd,
             self.requests + other.requests,
+            self.web_search_requests + other.web_search_requests,
+            self.web_fetch_requests + other.web_fetch_requests,
         )
 
     def __radd__(self, other: int) -> Usage:
@@ -215,8 +295,8 @@ class Usage:
         return self.input_tokens + self.output_tokens
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data for JSON output."""
-        return {
+        """Plain data for JSON output (the hosted tools' counts only when there were any)."""
+        out = {
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "cache_read_tokens": self.cache_read_tokens,
@@ -224,6 +304,11 @@ class Usage:
             "cost_usd": round(self.cost_usd, 6),
             "requests": self.requests,
         }
+        if self.web_search_requests:
+            out["web_search_requests"] = self.web_search_requests
+        if self.web_fetch_requests:
+            out["web_fetch_requests"] = self.web_fetch_requests
+        return out
 
 
 MAX_CALL_TOKENS: Final = 2**30 - 1
@@ -256,8 +341,9 @@ def clamp_usage(usage: Usage) -> Usage:
         usage.cache_write_tokens,
     )
     c, n = usage.cost_usd, usage.requests
-    try:  # one test for the five counts: their OR is an int in range only if each one is
-        counts = i | o | r | w | n
+    s, f = usage.web_search_requests, usage.web_fetch_requests
+    try:  # one test for the seven counts: their OR is an int in range only if each one is
+        counts = i | o | r | w | n | s | f
         if (
             counts.__class__ is int
             and 0 <= counts <= 1_073_741_823  # MAX_CALL_TOKENS
@@ -274,6 +360,8 @@ def clamp_usage(usage: Usage) -> Usage:
         int(_clamped("cache_write_tokens", w, MAX_CALL_TOKENS)),
         float(_clamped("cost_usd", c, MAX_CALL_COST_USD)),
         int(_clamped("requests", n, MAX_CALL_TOKENS)),
+        int(_clamped("web_search_requests", s, MAX_CALL_TOKENS)),
+        int(_clamped("web_fetch_requests", f, MAX_CALL_TOKENS)),
     )
 
 
@@ -315,7 +403,11 @@ def text_of(blocks: Iterable[Block]) -> str:
 def to_wire(block: Block) -> dict[str, Any]:
     """The Messages API dict for one block."""
     if isinstance(block, TextBlock):
+        if block.citations:
+            return {"type": "text", "text": block.text, "citations": list(block.citations)}
         return {"type": "text", "text": block.text}
+    if isinstance(block, ServerToolUseBlock | ServerToolResultBlock):
+        return dict(block.data)
     if isinstance(block, ToolUseBlock):
         tool_input = dict(block.input) if isinstance(block.input, Mapping) else block.input
         return {"type": "tool_use", "id": block.id, "name": block.name, "input": tool_input}
@@ -342,7 +434,18 @@ def block_from_wire(data: Mapping[str, Any]) -> Block:
     """
     kind = data.get("type")
     if kind == "text":
+        citations = data.get("citations")
+        if isinstance(citations, list | tuple) and citations:
+            return TextBlock(str(data["text"]), tuple(dict(c) for c in citations))
         return TextBlock(str(data["text"]))
+    if kind == "server_tool_use":
+        if not isinstance(data.get("id"), str) or not isinstance(data.get("name"), str):
+            raise ValueError("a server_tool_use block needs a string id and name")
+        return ServerToolUseBlock(dict(data))
+    if kind in SERVER_RESULT_TYPES:
+        if not isinstance(data.get("tool_use_id"), str):
+            raise ValueError(f"a {kind} block needs a string tool_use_id")
+        return ServerToolResultBlock(dict(data))
     if kind == "tool_use":
         return ToolUseBlock(str(data["id"]), str(data["name"]), dict(data.get("input") or {}))
     if kind == "tool_result":
@@ -412,6 +515,11 @@ def _text_in(block: Block) -> str:
         return str(block.content)
     if isinstance(block, ThinkingBlock):
         return f"{block.thinking}{block.signature}"
+    if isinstance(block, ServerToolUseBlock | ServerToolResultBlock):
+        try:
+            return json.dumps(block.data, ensure_ascii=False, default=str)
+        except (TypeError, ValueError, RecursionError):
+            return ""
     if isinstance(block, ToolUseBlock):
         try:
             arguments = json.dumps(block.input, ensure_ascii=False, default=str)
@@ -499,6 +607,10 @@ def _wrong_field(block: Block) -> str | None:
                 if not isinstance(value, str):
                     return f"{name} is a {type(value).__name__}, not a string"
             break
+    if isinstance(block, ServerToolUseBlock | ServerToolResultBlock) and not isinstance(
+        block.data, Mapping
+    ):
+        return f"data is a {type(block.data).__name__}, not a mapping (the block as received)"
     if isinstance(block, ToolUseBlock) and not isinstance(block.input, Mapping):
         return f"input is a {type(block.input).__name__}, not a mapping (a JSON object)"
     if isinstance(block, ToolResultBlock) and not isinstance(block.is_error, bool):

@@ -38,6 +38,7 @@ from .approvals import ApprovalJournal
 from .compaction import ContextPolicy
 from .errors import ConfigurationError
 from .events import Event, EventSink
+from .hosted import check_hosted_tools
 from .inprocess import IN_PROCESS, InProcessRun
 from .journal import Journal, NullJournal
 from .limits import Limits
@@ -382,6 +383,7 @@ def _prepare(  # noqa: C901 - one check per run option, each with its own messag
     state.models = tree.models()  # once per agent, before any call
     state.menus = tree.menus(state.models)
     check_native_models(tree, state.models, state.default_model, state.menus)
+    check_hosted_tools(tree, state.models, state.default_model, state.menus, policy)
     # The SQLite journal's modules (and sqlite3) load here, for a run that keeps a journal only.
     if isinstance(journal, str | os.PathLike):  # a new journal file, closed when the run ends
         from .treeref import open_journal

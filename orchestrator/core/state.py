@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import trio
 from opentelemetry.trace import Tracer
 
-from ..models.base import AgentInfo, ClientPool, Model, ModelContext, ToolSpec
+from ..models.base import AgentInfo, ClientPool, HostedToolSpec, Model, ModelContext, ToolSpec
 from .agent import Agent, AgentTree
 from .compaction import ContextPolicy, ResultClearing, TurnContext
 from .events import EventSink
@@ -424,8 +424,17 @@ def _message_chars(message: Message) -> int:
 
 
 def tool_specs(node: AgentNode) -> list[ToolSpec]:
-    """The agent's tools as the model sees them, in a stable order (for the prompt cache)."""
-    return [t.spec for t in node.tools.values()]
+    """The agent's tools as the model sees them, in a stable order (for the prompt cache).
+
+    A hosted tool the policy denies is left out: the provider would run it without asking."""
+    specs = [t.spec for t in node.tools.values()]
+    if any(type(s) is HostedToolSpec for s in specs):
+        specs = [
+            s
+            for s in specs
+            if type(s) is not HostedToolSpec or node.policy.decide(s.name) is not Decision.DENY
+        ]
+    return specs
 
 
 def make_runtime(node_limits: Limits, run: RunState) -> ToolRuntime:

@@ -35,6 +35,8 @@ from .messages import (
     Block,
     RedactedThinkingBlock,
     RefusedInput,
+    ServerToolResultBlock,
+    ServerToolUseBlock,
     TextBlock,
     ThinkingBlock,
     ToolResultBlock,
@@ -491,10 +493,13 @@ def _check_block(block: object) -> None:
     elif isinstance(block, RedactedThinkingBlock):
         if not isinstance(block.data, str):
             _malformed(block, ("data",))
+    elif isinstance(block, ServerToolUseBlock | ServerToolResultBlock):
+        if not isinstance(block.data, Mapping):
+            _malformed(block, ("data",))
     else:
         raise TypeError(
-            f"the model's reply holds {_what(block)}; a reply holds text, thinking and "
-            "tool_use blocks"
+            f"the model's reply holds {_what(block)}; a reply holds text, thinking, tool_use "
+            "and hosted tools' blocks"
         )
 
 

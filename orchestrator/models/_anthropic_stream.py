@@ -15,9 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ..core.messages import (
+    SERVER_RESULT_TYPES,
     Block,
     RedactedThinkingBlock,
     RefusedInput,
+    ServerToolResultBlock,
+    ServerToolUseBlock,
     TextBlock,
     ThinkingBlock,
     ToolUseBlock,
@@ -40,6 +43,9 @@ class _Partial:
     name: str = ""
     signature: str = ""
     initial_input: Any = None
+    raw: dict[str, Any] | None = None
+    """A server tool's block as received (its input, if streamed, set at the end)."""
+    citations: list[Any] = field(default_factory=list)
 
 
 class Assembler:
@@ -67,6 +73,8 @@ class Assembler:
         self.cache_write_tokens = 0
         self.cache_read_tokens = 0
         self.output_tokens = 0
+        self.web_search_requests = 0
+        self.web_fetch_requests = 0
 
     def event(self, name: str | None, data: str) -> None:
         """One SSE event (``event:`` name and joined ``data:`` lines)."""
@@ -117,6 +125,12 @@ class Assembler:
             self.cache_read_tokens = value
         if (value := token_count(usage.get("output_tokens"))) is not None:
             self.output_tokens = value
+        server = usage.get("server_tool_use")
+        if isinstance(server, dict):
+            if (value := token_count(server.get("web_search_requests"))) is not None:
+                self.web_search_requests = value
+            if (value := token_count(server.get("web_fetch_requests"))) is not None:
+                self.web_fetch_requests = value
 
     def _feed(self, kind: str, event: dict[str, Any]) -> None:
         if kind == "message_start":
@@ -144,7 +158,10 @@ class Assembler:
         kind = block.get("type")
         if kind == "text":
             initial = str(block.get("text") or "")
-            self._blocks[index] = _Partial("text", [initial])
+            cited = block.get("citations")
+            self._blocks[index] = _Partial(
+                "text", [initial], citations=list(cited) if isinstance(cited, list) else []
+            )
             if initial:
                 self._ctx.on_text_delta(initial)
         elif kind == "tool_use":
@@ -168,7 +185,17 @@ class Assembler:
             self._blocks[index] = _Partial(
                 "redacted_thinking", [], signature=str(block.get("data") or "")
             )
-        # other block types (server tools) are not modelled by the transcript
+        elif kind == "server_tool_use":
+            if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str):
+                raise BadResponse("server_tool_use block without id or name")
+            self._blocks[index] = _Partial(
+                "server_tool_use", name=str(block["name"]), raw=dict(block)
+            )
+        elif kind in SERVER_RESULT_TYPES:
+            if not isinstance(block.get("tool_use_id"), str):
+                raise BadResponse(f"{kind} block without tool_use_id")
+            self._blocks[index] = _Partial("server_tool_result", raw=dict(block))
+        # other block types are not modelled by the transcript
 
     def _delta(self, index: int, delta: dict[str, Any]) -> None:
         partial = self._blocks.get(index)
@@ -181,7 +208,9 @@ class Assembler:
             self._count(len(chunk))
             if chunk:
                 self._ctx.on_text_delta(chunk)
-        elif kind == "input_json_delta" and partial.kind == "tool_use":
+        elif kind == "citations_delta" and partial.kind == "text":
+            partial.citations.append(delta["citation"])
+        elif kind == "input_json_delta" and partial.kind in ("tool_use", "server_tool_use"):
             partial.parts.append(str(delta["partial_json"]))
             self._count(len(partial.parts[-1]))
         elif kind == "thinking_delta" and partial.kind == "thinking":
@@ -211,7 +240,14 @@ class Assembler:
             # Thinking is left as it is: its signature covers it.
             if partial.kind == "text":
                 if joined:
-                    blocks.append(TextBlock(well_formed(joined)))
+                    blocks.append(TextBlock(well_formed(joined), tuple(partial.citations)))
+            elif partial.kind == "server_tool_use" and partial.raw is not None:
+                raw = partial.raw
+                if joined.strip():
+                    raw["input"] = self._tool_input(partial, joined)
+                blocks.append(ServerToolUseBlock(raw))
+            elif partial.kind == "server_tool_result" and partial.raw is not None:
+                blocks.append(ServerToolResultBlock(partial.raw))
             elif partial.kind == "thinking":
                 blocks.append(ThinkingBlock(joined, partial.signature))
             elif partial.kind == "redacted_thinking":

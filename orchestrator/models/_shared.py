@@ -34,6 +34,8 @@ class Price:
 
     ``long_context`` (with ``long_context_above``) is the rate of a request whose input, cache
     included, is above that many tokens (Haiku 5.5 bills long prompts at a higher rate).
+    ``web_search`` is USD per 1,000 hosted web searches (Anthropic's list price, $10); a web
+    fetch costs only the tokens of what it reads (``web_fetch``, per 1,000, is 0).
     """
 
     input: float
@@ -42,6 +44,8 @@ class Price:
     cache_read: float
     long_context_above: int | None = None
     long_context: Price | None = None
+    web_search: float = 10.0
+    web_fetch: float = 0.0
 
     @classmethod
     def of(
@@ -70,12 +74,18 @@ class Price:
         ):
             price = self.long_context
         uncached = max(0, usage.input_tokens - usage.cache_read_tokens - usage.cache_write_tokens)
-        return (
+        tokens = (
             uncached * price.input
             + usage.cache_write_tokens * price.cache_write
             + usage.cache_read_tokens * price.cache_read
             + usage.output_tokens * price.output
         ) / 1_000_000
+        if usage.web_search_requests or usage.web_fetch_requests:
+            tokens += (
+                usage.web_search_requests * self.web_search
+                + usage.web_fetch_requests * self.web_fetch
+            ) / 1_000
+        return tokens
 
 
 # --------------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from ._retry import BadResponse, Failure, Gate, StreamFailed, one_line, plan_ret
 from ._shared import Price as Price
 from ._shared import fingerprint, import_sdk, positive, stream_limit, tls_context
 from ._shared import sse_lines as sse_lines
-from .base import ModelContext, ModelRequest, ModelResponse, OutputFormat
+from .base import HostedToolSpec, ModelContext, ModelRequest, ModelResponse, OutputFormat, ToolSpec
 
 if TYPE_CHECKING:
     from anthropic import AsyncAnthropic
@@ -62,6 +62,11 @@ CURRENT_MODELS: Final = ("claude-sonnet-5-5", "claude-opus-5-5", "claude-haiku-5
 """Current model names, checked by the tests against the installed SDK's ``anthropic.types.Model``
 list and its deprecation table."""
 DEFAULT_BASE_URL: Final = "https://api.anthropic.com"
+HOSTED_TOOL_TYPES: Final[Mapping[str, str]] = MappingProxyType(
+    {"web_search": "web_search_20260318", "web_fetch": "web_fetch_20260318"}
+)
+"""The server tool version sent for each hosted tool, checked by the tests against the newest
+``WebSearchTool*Param`` / ``WebFetchTool*Param`` of the installed SDK's ``anthropic.types``."""
 
 _EPHEMERAL: Final[Mapping[str, str]] = MappingProxyType({"type": "ephemeral"})
 
@@ -151,6 +156,8 @@ class AnthropicModel:
     prompt_caching = True
     """Its prompt cache serves a prefix once the response that wrote it starts: siblings of
     one definition wait for the first one's (see Limits.cache_warmup_wait)."""
+    supports_hosted_tools: frozenset[str] = frozenset(HOSTED_TOOL_TYPES)
+    """The hosted tools (``WebSearch``, ``WebFetch``) this model offers as server tools."""
 
     def __init__(
         self,
@@ -224,7 +231,7 @@ class AnthropicModel:
         """
         params: dict[str, Any] = {"model": self._model, "max_tokens": request.max_tokens}
         if request.tools:
-            tools = [tool.to_wire() for tool in request.tools]
+            tools = [_tool_wire(tool) for tool in request.tools]
             tools[-1]["cache_control"] = dict(_EPHEMERAL)
             params["tools"] = tools
         if not is_blank(request.system):  # the API refuses blank text (a 400: the tree stops)
@@ -338,6 +345,8 @@ class AnthropicModel:
             cache_read_tokens=assembler.cache_read_tokens,
             cache_write_tokens=assembler.cache_write_tokens,
             requests=1,
+            web_search_requests=assembler.web_search_requests,
+            web_fetch_requests=assembler.web_fetch_requests,
         )
         usage = dataclasses.replace(usage, cost_usd=self.cost(usage))
         try:
@@ -365,6 +374,16 @@ class AnthropicModel:
             message += "; " + fix.format(models=", ".join(CURRENT_MODELS))
         message = redact(one_line(message).replace(api_key, REDACTED))
         return ModelError.from_kind(message, fatal=failure.fatal, kind=failure.kind, usage=spent)
+
+
+def _tool_wire(tool: ToolSpec) -> dict[str, Any]:
+    """A ``tools`` entry: a hosted tool as the server tool of its current version."""
+    if isinstance(tool, HostedToolSpec):
+        kind = HOSTED_TOOL_TYPES.get(tool.name)
+        if kind is None:  # check_hosted_tools refuses such an agent before its run starts
+            raise _fatal_configuration(f"anthropic: no server tool named {tool.name!r}")
+        return {"type": kind, **tool.to_wire()}
+    return tool.to_wire()
 
 
 def _json_output_format(output: OutputFormat) -> dict[str, Any]:

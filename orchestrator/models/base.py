@@ -24,6 +24,7 @@ __all__ = [
     "PASSED_ON",
     "AgentInfo",
     "ClientPool",
+    "HostedToolSpec",
     "Model",
     "ModelContext",
     "ModelRequest",
@@ -60,6 +61,18 @@ class ToolSpec:
             "description": self.description,
             "input_schema": dict(self.input_schema),
         }
+
+
+@dataclass(frozen=True, slots=True)
+class HostedToolSpec(ToolSpec):
+    """A tool the provider runs (``web_search``, ``web_fetch``): ``settings`` are what it is
+    sent besides its type (``max_uses``, domains ...), which each adapter names itself."""
+
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_wire(self) -> dict[str, Any]:
+        """The tool's name and settings (an adapter adds the provider's ``type``)."""
+        return {"name": self.name, **self.settings}
 
 
 @record

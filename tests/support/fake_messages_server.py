@@ -58,10 +58,14 @@ __all__ = [
     "Reply",
     "Stall",
     "StreamError",
+    "cited_text",
     "estimate_tokens",
+    "server_tool_use",
     "text",
     "thinking",
     "tool_use",
+    "web_fetch_result",
+    "web_search_result",
 ]
 
 MAX_BREAKPOINTS = 4
@@ -83,7 +87,8 @@ class Message:
     content: tuple[Mapping[str, Any], ...]
     stop_reason: str | None = "end_turn"
     stop_sequence: str | None = None
-    usage: Mapping[str, int] | None = None
+    usage: Mapping[str, Any] | None = None
+    """(``server_tool_use``, the hosted tools' counts, is a mapping of its own.)"""
     chunk_chars: int = 8
     """Characters per ``text_delta`` / ``input_json_delta`` event."""
 
@@ -180,6 +185,71 @@ def tool_use(
     content: list[Mapping[str, Any]] = [{"type": "text", "text": preamble}] if preamble else []
     content.append(block)
     return Message(tuple(content), stop_reason=stop_reason, **kwargs)
+
+
+def server_tool_use(name: str, input: Mapping[str, Any], *, id: str) -> dict[str, Any]:
+    """A hosted tool's call (``web_search``, ``web_fetch``), for :class:`Message` content; it is
+    streamed as the API streams it: a start with an empty input, then ``input_json_delta``."""
+    return {"type": "server_tool_use", "id": id, "name": name, "input": dict(input)}
+
+
+def web_search_result(tool_use_id: str, *results: tuple[str, str]) -> dict[str, Any]:
+    """A ``web_search_tool_result`` of ``(url, title)`` results (the SDK's
+    ``WebSearchResultBlock`` shape; the content is the API's opaque encrypted text)."""
+    return {
+        "type": "web_search_tool_result",
+        "tool_use_id": tool_use_id,
+        "content": [
+            {
+                "type": "web_search_result",
+                "url": url,
+                "title": title,
+                "encrypted_content": f"enc:{hashlib.sha256(url.encode()).hexdigest()[:16]}",
+                "page_age": None,
+            }
+            for url, title in results
+        ],
+    }
+
+
+def web_fetch_result(tool_use_id: str, url: str, page: str) -> dict[str, Any]:
+    """A ``web_fetch_tool_result`` holding the page at ``url`` as a text document (the SDK's
+    ``WebFetchBlock`` shape)."""
+    return {
+        "type": "web_fetch_tool_result",
+        "tool_use_id": tool_use_id,
+        "content": {
+            "type": "web_fetch_result",
+            "url": url,
+            "retrieved_at": "2026-12-07T12:00:00Z",
+            "content": {
+                "type": "document",
+                "source": {"type": "text", "media_type": "text/plain", "data": page},
+                "title": url,
+                "citations": None,
+            },
+        },
+    }
+
+
+def cited_text(value: str, *sources: tuple[str, str]) -> dict[str, Any]:
+    """A text block citing web search results ``(url, cited text)`` (the SDK's
+    ``CitationsWebSearchResultLocation``); streamed as ``citations_delta`` events, then the
+    text."""
+    return {
+        "type": "text",
+        "text": value,
+        "citations": [
+            {
+                "type": "web_search_result_location",
+                "url": url,
+                "title": url,
+                "cited_text": cited,
+                "encrypted_index": f"idx:{i}",
+            }
+            for i, (url, cited) in enumerate(sources)
+        ],
+    }
 
 
 def thinking(thought: str, signature: str = "sig") -> dict[str, Any]:
@@ -436,6 +506,33 @@ def _content_problem(messages: list[dict[str, Any]]) -> str | None:
     return None
 
 
+def _server_tool_problem(entry: Mapping[str, Any]) -> str | None:
+    """A server tool entry the API would refuse: a ``type`` the installed SDK has no
+    ``*Tool*Param`` of, a key that param does not have, or a required key missing."""
+    import typing
+
+    import anthropic.types as sdk_types
+
+    kind = str(entry.get("type"))
+    for param_name in dir(sdk_types):
+        param = getattr(sdk_types, param_name)
+        if not param_name.endswith("Param") or not hasattr(param, "__required_keys__"):
+            continue
+        hints = typing.get_type_hints(param)
+        if typing.get_args(hints.get("type")) != (kind,) or "name" not in hints:
+            continue
+        if typing.get_args(hints["name"]) != (entry.get("name"),):
+            return f"{kind}: name must be {typing.get_args(hints['name'])[0]!r}"
+        unknown = sorted(set(entry) - set(hints))
+        missing = sorted(param.__required_keys__ - set(entry))
+        if unknown or missing:
+            return f"{kind}: unknown keys {unknown} or missing keys {missing}"
+        if entry.get("allowed_domains") and entry.get("blocked_domains"):
+            return f"{kind}: allowed_domains and blocked_domains cannot both be given"
+        return None
+    return f"unknown tool type {kind!r}"
+
+
 def _subschemas(schema: Any, path: str) -> Iterator[tuple[str, dict[str, Any]]]:
     """Every schema in ``schema`` (itself included), with its path."""
     if not isinstance(schema, dict):
@@ -665,6 +762,10 @@ class FakeMessagesServer:
         for i, block in enumerate(system if isinstance(system, list) else []):
             if block.get("type") == "text" and not str(block.get("text", "")).strip():
                 return f"system.{i}: text content blocks must contain non-whitespace text"
+        for i, entry in enumerate(body.get("tools") or ()):
+            problem = _server_tool_problem(entry) if "type" in entry else None
+            if problem is not None:
+                return f"tools.{i}: {problem}"
         if "output_config" in body:
             problem = _output_config_problem(body["output_config"])
             if problem is not None:
@@ -856,14 +957,22 @@ class FakeMessagesServer:
         for index, (block, original) in enumerate(zip(full["content"], reply.content, strict=True)):
             kind = block.get("type")
             if kind == "text":
+                start: dict[str, Any] = {"type": "text", "text": ""}
+                if block.get("citations"):
+                    start["citations"] = []  # then one citations_delta per citation
                 yield _sse(
                     "content_block_start",
-                    {
-                        "type": "content_block_start",
-                        "index": index,
-                        "content_block": {"type": "text", "text": ""},
-                    },
+                    {"type": "content_block_start", "index": index, "content_block": start},
                 )
+                for citation in block.get("citations") or ():
+                    yield _sse(
+                        "content_block_delta",
+                        {
+                            "type": "content_block_delta",
+                            "index": index,
+                            "delta": {"type": "citations_delta", "citation": citation},
+                        },
+                    )
                 value = block["text"]
                 for i in range(0, len(value), n):
                     yield _sse(
@@ -874,14 +983,14 @@ class FakeMessagesServer:
                             "delta": {"type": "text_delta", "text": value[i : i + n]},
                         },
                     )
-            elif kind == "tool_use":
+            elif kind in ("tool_use", "server_tool_use"):
                 yield _sse(
                     "content_block_start",
                     {
                         "type": "content_block_start",
                         "index": index,
                         "content_block": {
-                            "type": "tool_use",
+                            "type": kind,
                             "id": block["id"],
                             "name": block["name"],
                             "input": {},
