@@ -186,7 +186,9 @@ def check_hosted_tools(
         agent, inherited, inherited_names, policies = pending.pop()
         model = models.get(agent.name, inherited)
         names = inherited_names if agent.tools is None else hosted_names(agent.tools)
-        if agent.policy is not None:
+        if agent.policy is not None and not any(p is agent.policy for p in policies):
+            # once per path: a recursive agent meets its own policy again, and the states
+            # (so the walk) must stay finite
             policies = (*policies, agent.policy)
         key = (agent.name, id(model), names, tuple(id(p) for p in policies))
         if key in seen:
