@@ -829,6 +829,14 @@ def _structured_content(value: Any) -> str:
             return json.dumps(value.model_dump(), ensure_ascii=False, default=_json_default)
     if isinstance(value, bytes | bytearray | memoryview):
         return f"(binary data, {len(value)} bytes, not shown)"
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        # its fields' depth, walked here: str() would recurse, and whether that ends in a
+        # RecursionError depends on a process-wide limit any library may have raised
+        fields = {f.name: getattr(value, f.name, None) for f in dataclasses.fields(value)}
+        if nesting_exceeds(fields):
+            raise ValueError(
+                f"it is nested too deeply to write (the limit is {MAX_NESTING} levels)"
+            )
     if isinstance(value, dict | list | tuple | int | float | bool):
         if type(value) not in _FLAT_RESULTS and nesting_exceeds(value):
             raise ValueError(f"it is nested deeper than {MAX_NESTING} levels")
