@@ -453,14 +453,15 @@ while True:
         for _ in range(20):
             time.sleep(0.1)
             if os.waitpid(child, os.WNOHANG)[0]:
-                sys.exit(0)
-        os.killpg(0, signal.SIGKILL)
+                break
+        os.killpg(0, signal.SIGKILL)  # what the server started too, and the keeper
     time.sleep(0.2)
 """
 """A stdio server's keeper: the SDK starts servers in a session of their own (a Ctrl-C to the
 terminal must not reach them), so nothing ended them when the run's process was killed (SIGKILL
 runs no cleanup). The keeper starts the server as its child, in its session, passes on the
-signals the SDK's shutdown sends, and ends the session (SIGTERM, then SIGKILL 2 s later) once
+signals the SDK's shutdown sends, and ends the session (SIGTERM, then SIGKILL once the server has
+ended or 2 s later, so what the server started goes too) once
 the process that started it is gone. A parent-death signal would not do: it fires when the
 spawning thread exits, and the SDK spawns from a worker thread."""
 
