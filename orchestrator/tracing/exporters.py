@@ -203,9 +203,12 @@ class CountingExporter(SpanExporter):
         self.give_up_at: float | None = None
         self._lock = threading.Lock()
         self._inner_shut = False
+        self._books_closed = False
 
     def _count(self, *, handed: int = 0, exported: int = 0, failed: int = 0) -> None:
         with self._lock:
+            if self._books_closed:
+                return
             self.handed += handed
             self.exported += exported
             self.failed += failed
@@ -249,6 +252,16 @@ class CountingExporter(SpanExporter):
                 # would fail the same way, one timeout each. Give up on them now.
                 self.give_up_at = time.monotonic()
         return result
+
+    def close_books(self, received: int) -> None:
+        """After a shutdown that gave up: of the ``received`` spans, those not yet delivered
+        count as failed now, and nothing is counted any more. The thread still encoding or
+        draining them would otherwise move the figures after :meth:`TracingSetup.shutdown`
+        returned (the wrapped exporter is shut, so none of them can still be delivered)."""
+        with self._lock:
+            if not self._books_closed:
+                self.failed += max(0, received - self.exported - self.failed)
+                self._books_closed = True
 
     def shutdown(self) -> None:
         """Shut the wrapped exporter down once (the OTLP ones warn on a second call)."""

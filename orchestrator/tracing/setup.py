@@ -239,6 +239,9 @@ class TracingSetup:
         for timer in timers:
             timer.cancel()
         abort_exporters()
+        if not done:
+            for processor in self._processors:
+                processor.counter.close_books(processor.ended - processor.dropped)
         self._report()
         return done
 
