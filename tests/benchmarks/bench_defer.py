@@ -9,7 +9,8 @@
    calls); then ``orchestrator approve RUN --allow ID`` for one of them, in a process of its
    own: the seconds from the command's start to the approved call's side effect, and to exit.
 
-Usage: ``python tests/benchmarks/bench_defer.py [--n 1000] [--pairs 7] [--approve-n 1000]``.
+Usage: ``python tests/benchmarks/bench_defer.py [--smoke] [--n 1000] [--pairs 7]
+[--approve-n 1000]``. ``--smoke`` runs N = 10, one pair, 10 parked calls (for CI).
 Report the load average (printed) with the figures.
 """
 
@@ -164,7 +165,10 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=7)
     parser.add_argument("--approve-n", type=int, default=1000)
     parser.add_argument("--skip-cost", action="store_true")
+    parser.add_argument("--smoke", action="store_true", help="N=10, one pair (CI)")
     args = parser.parse_args()
+    if args.smoke:
+        args.n, args.pairs, args.approve_n = 10, 1, 10
     print(f"load average before: {os.getloadavg()}")
     if not args.skip_cost:
         cost(args.n, args.pairs)
