@@ -36,6 +36,7 @@ from .compaction import (
 )
 from .errors import ContextWindowExceeded, ModelError, exception_type
 from .events import ModelTextDelta, ModelToolCallStarted, ModelWaiting
+from .hosted import most_hosted_uses
 from .ledger import BudgetExceeded, PricingFailed
 from .messages import Message, Usage, clamp_usage, text_of
 from .records import record
@@ -189,13 +190,16 @@ async def _generate(  # noqa: C901 - the hot path, one call in one frame (docs/p
     ledger = node.ledger
     try:
         # sized from the estimate and what this model was seen to bill; a checkpoint summary's
-        # request is not the transcript estimated, so what it bills teaches nothing
+        # request is not the transcript estimated, so what it bills teaches nothing. The
+        # dollars hold each offered hosted tool's max_uses: the provider bills them in the call
+        tracks_cost = ledger.tracks_cost
         reservation = ledger.claim(
             model,
             estimate,
             max_tokens,
             messages is None,
-            model.cost if ledger.tracks_cost else None,
+            model.cost if tracks_cost else None,
+            most_hosted_uses(specs) if tracks_cost else None,
         )
         if not reservation.ledgers:  # it did not fit at once
             await ledger.reserve(reservation)

@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from ..models.base import HostedToolSpec
+from ..models.base import HostedToolSpec, ToolSpec
 from .errors import ConfigurationError, ToolError
+from .messages import Usage
 from .policy import Decision, Policy
 from .tools import Tool
 
@@ -24,7 +25,14 @@ if TYPE_CHECKING:
     from ..models.base import Model
     from .agent import AgentTree
 
-__all__ = ["HostedTool", "WebFetch", "WebSearch", "check_hosted_tools", "hosted_names"]
+__all__ = [
+    "HostedTool",
+    "WebFetch",
+    "WebSearch",
+    "check_hosted_tools",
+    "hosted_names",
+    "most_hosted_uses",
+]
 
 _SPEC_UNITS: Final = 1_400
 """What a hosted tool adds to the prompt, in quarter tokens (``text_units``): the provider puts
@@ -165,6 +173,24 @@ def _settings(owner: str, max_uses: object, allowed: object, blocked: object) ->
 def hosted_names(tools: Iterable[Tool]) -> tuple[str, ...]:
     """The names of the hosted tools among ``tools``, in order."""
     return tuple(t.name for t in tools if isinstance(t, HostedTool))
+
+
+def most_hosted_uses(specs: Iterable[ToolSpec]) -> Usage | None:
+    """The most hosted tool uses one model call offering ``specs`` may bill (each hosted tool's
+    ``max_uses``: the provider stops there), as the usage counts the price table prices;
+    ``None`` when it offers no hosted tool. The cost budget reserves this before the call."""
+    searches = fetches = 0
+    for spec in specs:
+        if type(spec) is HostedToolSpec:
+            uses = spec.settings.get("max_uses")
+            uses = uses if isinstance(uses, int) and uses > 0 else 0
+            if spec.name == "web_search":
+                searches += uses
+            elif spec.name == "web_fetch":
+                fetches += uses
+    if not searches and not fetches:
+        return None
+    return Usage(web_search_requests=searches, web_fetch_requests=fetches)
 
 
 def check_hosted_tools(

@@ -233,9 +233,24 @@ class PricingFailed(OrchestratorError):
     """Internal: the model's ``cost()`` raised (the cause) or returned no number of dollars."""
 
 
-def _priced(price: Callable[[Usage], float], input_tokens: int, output_tokens: int) -> float:
+def _priced(
+    price: Callable[[Usage], float],
+    input_tokens: int,
+    output_tokens: int,
+    hosted: Usage | None = None,
+) -> float:
     try:
-        cost = price(Usage(input_tokens=input_tokens, output_tokens=output_tokens))
+        if hosted is None:
+            cost = price(Usage(input_tokens=input_tokens, output_tokens=output_tokens))
+        else:  # the hosted tools' uses priced with the tokens, by the model's own table
+            cost = price(
+                Usage(
+                    input_tokens=input_tokens,
+                    output_tokens=output_tokens,
+                    web_search_requests=hosted.web_search_requests,
+                    web_fetch_requests=hosted.web_fetch_requests,
+                )
+            )
         if isinstance(cost, bool) or not isinstance(cost, int | float) or not cost >= 0:
             raise TypeError(f"it returned {cost!r}, not a number of dollars")
     except Exception as exc:  # a model adapter bug: the caller ends that agent, not the tree
@@ -254,7 +269,9 @@ class Reservation:
     ``worst_tokens`` and ``worst_cost``: what it may bill at worst (the estimate times the
     calibration's worst case, plus the cap), held against the budget plus
     :data:`OVERSHOOT_ALLOWANCE` while other calls are in flight. The dollars are set only for
-    a reservation with a ``price`` (a ledger of its chain has a cost budget). Made by
+    a reservation with a ``price`` (a ledger of its chain has a cost budget); they include
+    ``hosted``, the most hosted tool uses the call may make (each offered tool's ``max_uses``:
+    the provider runs and bills them inside the call), priced by the model's ``cost``. Made by
     :meth:`Ledger.claim`, sized from the calibration as it is then; a reservation that waits
     is sized again when its model learned meanwhile. ``teaches``: whether its billed input
     teaches the calibration (not for a request whose transcript is not the one estimated, as
@@ -265,6 +282,7 @@ class Reservation:
         "calibration",
         "cost",
         "estimate",
+        "hosted",
         "ledgers",
         "lone_cost",
         "max_tokens",
@@ -288,6 +306,7 @@ class Reservation:
         calibration: Calibration,
         teaches: bool,
         price: Callable[[Usage], float] | None,
+        hosted: Usage | None = None,
     ) -> None:
         self.estimate = estimate
         """The call's input estimate in tokens (:func:`text_units` / 4)."""
@@ -295,6 +314,8 @@ class Reservation:
         self.calibration = calibration
         self.teaches = teaches
         self.price = price
+        self.hosted = hosted
+        """The most hosted tool uses the call may bill (``None``: it offers none)."""
         self.ledgers: tuple[Ledger, ...] = ()
         self.settled = False
         self.size()
@@ -310,10 +331,11 @@ class Reservation:
         self.worst_tokens = at_worst + cap
         price = self.price
         if price is not None:
-            self.cost = _priced(price, expected, cap)
+            hosted = self.hosted
+            self.cost = _priced(price, expected, cap, hosted)
             lone = expected if ratio >= 1.0 else estimate
-            self.lone_cost = self.cost if lone == expected else _priced(price, lone, cap)
-            self.worst_cost = _priced(price, at_worst, cap)
+            self.lone_cost = self.cost if lone == expected else _priced(price, lone, cap, hosted)
+            self.worst_cost = _priced(price, at_worst, cap, hosted)
 
     @property
     def lone_tokens(self) -> int:
@@ -395,19 +417,21 @@ class Ledger:
         max_tokens: int,
         teaches: bool = True,
         price: Callable[[Usage], float] | None = None,
+        hosted: Usage | None = None,
     ) -> Reservation:
         """A reservation for one call of ``model``, sized from its input ``estimate`` in
         tokens, its output cap and what the model was seen to bill, priced with ``price`` (the
-        model's ``cost``) if a ledger of the chain has a cost budget, and held at once if it
-        fits (its ``ledgers`` are then the chain; else :meth:`reserve` it). Raises
-        :class:`PricingFailed` if pricing does."""
+        model's ``cost``; with ``hosted``, the most hosted tool uses the call may make) if a
+        ledger of the chain has a cost budget, and held at once if it fits (its ``ledgers``
+        are then the chain; else :meth:`reserve` it). Raises :class:`PricingFailed` if
+        pricing does."""
         if model is self._model:  # most ledgers see one model: no lookup
             calibration = self._calibration
         else:
             calibration = self._calibration = self.calibrations.of(model)
             self._model = model
         if price is not None and self.tracks_cost:
-            r = Reservation(estimate, max_tokens, calibration, teaches, price)
+            r = Reservation(estimate, max_tokens, calibration, teaches, price, hosted)
         elif calibration.ratio == 1.0:  # the common case, without a call
             r = _new_reservation(Reservation)
             r.estimate = estimate
@@ -415,6 +439,7 @@ class Ledger:
             r.calibration = calibration
             r.teaches = teaches
             r.price = None
+            r.hosted = None
             r.ledgers = ()
             r.settled = False
             r.tokens = estimate + max_tokens
@@ -489,7 +514,11 @@ class Ledger:
                 for lg in blocking:
                     if lg.outstanding == 0:  # nothing will ever free room there
                         raise BudgetExceeded(
-                            lg.describe(r.lone_tokens, r.lone_cost if r.price else 0.0)
+                            lg.describe(
+                                r.lone_tokens,
+                                r.lone_cost if r.price else 0.0,
+                                r.hosted if r.price else None,
+                            )
                         )
                 ahead = [lg for lg in chain if lg._queue and lg._queue[0] is not ticket]
                 if not blocking and not ahead:
@@ -589,8 +618,9 @@ class Ledger:
             lg.used_tokens += tokens
             lg.used_cost += cost
 
-    def describe(self, tokens: int, cost: float) -> str:
-        """A one-line reason why a reservation of this size does not fit."""
+    def describe(self, tokens: int, cost: float, hosted: Usage | None = None) -> str:
+        """A one-line reason why a reservation of this size does not fit (``hosted``: the
+        hosted tool uses its cost holds)."""
         if self.token_budget is not None and (
             self.used_tokens + self.reserved_tokens + tokens > self.token_budget
         ):
@@ -598,7 +628,18 @@ class Ledger:
                 f"token budget exhausted: {self.used_tokens} of {self.token_budget} used, "
                 f"the next call may need {tokens}"
             )
+        uses = ""
+        if hosted is not None:
+            counted = [
+                f"{n} {what}"
+                for n, what in (
+                    (hosted.web_search_requests, "web searches"),
+                    (hosted.web_fetch_requests, "web fetches"),
+                )
+                if n
+            ]
+            uses = f" (with up to {' and '.join(counted)})" if counted else ""
         return (
             f"cost budget exhausted: ${self.used_cost:.4f} of ${self.cost_budget} used, "
-            f"the next call may cost ${cost:.4f}"
+            f"the next call may cost ${cost:.4f}{uses}"
         )
