@@ -285,6 +285,10 @@ async def _generate(  # noqa: C901 - the hot path, one call in one frame (docs/p
                     else:
                         if run.tracer:
                             spans.record_chat_response(s, answered, attempt.name, run.capture)
+                            # each hosted tool call the provider ran in it
+                            spans.record_server_tools(
+                                run.tracer, answered, run.run_id, node.agent.name, run.capture
+                            )
                         response = answered
                 break
         finally:

@@ -10,6 +10,7 @@ strings and dicts.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -75,6 +76,12 @@ class Assembler:
         self.output_tokens = 0
         self.web_search_requests = 0
         self.web_fetch_requests = 0
+        self.started_ns = 0
+        """When ``message_start`` arrived (ns since the epoch)."""
+        self.server_times: dict[str, list[int]] = {}
+        """By server tool call id: when its ``server_tool_use`` block started streaming and
+        when its result block arrived (0: not in this response); a result whose call came in
+        an earlier response (after ``pause_turn``) starts at ``message_start``."""
 
     def event(self, name: str | None, data: str) -> None:
         """One SSE event (``event:`` name and joined ``data:`` lines)."""
@@ -136,6 +143,7 @@ class Assembler:
         if kind == "message_start":
             message = event["message"]
             self.started = True
+            self.started_ns = time.time_ns()
             self._ctx.on_response_start()  # its cache writes are readable from now
             self.id = str(message.get("id") or "")
             self.model = str(message.get("model") or "")
@@ -191,10 +199,14 @@ class Assembler:
             self._blocks[index] = _Partial(
                 "server_tool_use", name=str(block["name"]), raw=dict(block)
             )
+            self.server_times[block["id"]] = [time.time_ns(), 0]
         elif kind in SERVER_RESULT_TYPES:
-            if not isinstance(block.get("tool_use_id"), str):
+            call_id = block.get("tool_use_id")
+            if not isinstance(call_id, str):
                 raise BadResponse(f"{kind} block without tool_use_id")
             self._blocks[index] = _Partial("server_tool_result", raw=dict(block))
+            times = self.server_times.setdefault(call_id, [self.started_ns, 0])
+            times[1] = time.time_ns()  # a result block arrives whole
         # other block types are not modelled by the transcript
 
     def _delta(self, index: int, delta: dict[str, Any]) -> None:

@@ -361,6 +361,9 @@ class AnthropicModel:
             usage,
             assembler.model or self._model,
             assembler.id,
+            server_tool_times=tuple(
+                (call_id, times[0], times[1]) for call_id, times in assembler.server_times.items()
+            ),
         )
 
     def _error(

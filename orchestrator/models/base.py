@@ -129,6 +129,11 @@ class ModelResponse:
     finish_reason: str = ""
     """The provider's own word for why the answer ended, when it is not ``stop_reason``'s
     (Chat Completions' ``stop``, ``tool_calls`` ...): for ``gen_ai.response.finish_reasons``."""
+    server_tool_times: tuple[tuple[str, int, int], ...] = field(default=(), compare=False)
+    """When each hosted tool call of the reply ran, as the stream showed it: (call id, when
+    its ``server_tool_use`` block started, when its result block arrived), in ns since the
+    epoch, 0 for a result not in this reply. For the trace's ``execute_tool`` spans; an
+    adapter that does not stream leaves it empty (the spans then take the response's time)."""
 
 
 _ClientT = TypeVar("_ClientT")

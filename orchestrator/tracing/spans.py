@@ -19,6 +19,7 @@ type: all pass through :class:`_RedactedSpan`, the span :func:`span` hands out, 
 from __future__ import annotations
 
 import sys
+import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
@@ -33,6 +34,8 @@ from ..core.errors import exception_type
 from ..core.messages import (
     Block,
     Message,
+    ServerToolResultBlock,
+    ServerToolUseBlock,
     TextBlock,
     ThinkingBlock,
     ToolResultBlock,
@@ -330,14 +333,19 @@ def record_retry(attempt: int, error_type: str, delay: float) -> None:
 
 
 def usage_attributes(prefix: str, usage: Usage) -> dict[str, Any]:
-    """Roll-up attributes (``orchestrator.usage.*``) for an agent or a spawn."""
-    return {
+    """Roll-up attributes (``orchestrator.usage.*``) for an agent or a spawn; the hosted tool
+    counts only when there were some."""
+    attrs = {
         f"{prefix}.input_tokens": usage.input_tokens,
         f"{prefix}.output_tokens": usage.output_tokens,
         f"{prefix}.cache_read_tokens": usage.cache_read_tokens,
         f"{prefix}.cache_write_tokens": usage.cache_write_tokens,
         f"{prefix}.cost_usd": usage.cost_usd,
     }
+    if usage.web_search_requests or usage.web_fetch_requests:
+        attrs[f"{prefix}.web_search_requests"] = usage.web_search_requests
+        attrs[f"{prefix}.web_fetch_requests"] = usage.web_fetch_requests
+    return attrs
 
 
 def record_outcome(s: Span, outcome: str, error: str | None) -> None:
@@ -415,6 +423,19 @@ def _part(block: Block) -> dict[str, Any]:
         return part
     if isinstance(block, ThinkingBlock):
         return {"type": "reasoning", "content": block.thinking}
+    if isinstance(block, ServerToolUseBlock):  # a hosted tool's call, run by the provider
+        return {
+            "type": "server_tool_call",
+            "id": block.id,
+            "name": block.name,
+            "arguments": dict(block.input),
+        }
+    if isinstance(block, ServerToolResultBlock):
+        return {
+            "type": "server_tool_call_response",
+            "id": block.tool_use_id,
+            "response": _server_result(block)[2],
+        }
     return {"type": "redacted_reasoning"}
 
 
@@ -484,6 +505,13 @@ def record_chat_usage(s: Span, u: Usage) -> None:
                 "orchestrator.cost_usd": u.cost_usd,
             }
         )
+        if u.web_search_requests or u.web_fetch_requests:  # the conventions name none
+            s.set_attributes(
+                {
+                    "orchestrator.usage.web_search_requests": u.web_search_requests,
+                    "orchestrator.usage.web_fetch_requests": u.web_fetch_requests,
+                }
+            )
 
 
 def record_chat_response(s: Span, response: ModelResponse, model_name: str, capture: bool) -> None:
@@ -544,3 +572,110 @@ def record_tool_result(s: Span, result: ToolResultBlock, capture: bool) -> None:
         record_outcome(s, "ok", None)
     if capture:
         s.set_attribute("gen_ai.tool.call.result", content_for_span(result.content))
+
+
+_SERVER_TOOL_OF_RESULT: Final = {
+    "web_search_tool_result": "web_search",
+    "web_fetch_tool_result": "web_fetch",
+}
+
+
+def _server_result(block: ServerToolResultBlock) -> tuple[int | None, str | None, list[Any]]:
+    """A hosted tool's result block read for its span: (how many results, the error code,
+    what was found for captured content: each search result's URL and title, a fetch's URL).
+    """
+    content = block.data.get("content")
+    if isinstance(content, list):  # a search's results
+        found = [
+            {"url": r.get("url"), "title": r.get("title")} for r in content if isinstance(r, dict)
+        ]
+        return len(content), None, found
+    if isinstance(content, Mapping):
+        code = content.get("error_code")
+        if code is not None or str(content.get("type", "")).endswith("_error"):
+            return None, str(code or "error"), []
+        return 1, None, [{"url": content.get("url")}]  # a fetched page
+    return None, None, []
+
+
+def record_server_tools(
+    tracer: Tracer, response: ModelResponse, run_id: str, agent_name: str, capture: bool
+) -> None:
+    """One ``execute_tool {name}`` span per hosted tool call in ``response``, under the
+    current span (the call's ``chat`` span): ``gen_ai.tool.type="server"``, the call id, its
+    input (the query or URL) as ``gen_ai.tool.call.arguments`` under the content-capture
+    rules, the result count (``orchestrator.tool.result_count``) or the error code
+    (``error.type``, status ERROR).
+
+    Its start and end are when the stream showed the ``server_tool_use`` block start and its
+    result block arrive (``response.server_tool_times``). A response without those times (a
+    model that does not stream) gives both the response's time, now. A call whose result is
+    not in this response (the provider paused the turn: it continues in the next call) ends
+    with the response, ``orchestrator.outcome="no_result"``; a result whose call came in an
+    earlier response gets a span of its own, from the response's start to its arrival.
+    """
+    uses: dict[str, ServerToolUseBlock] = {}
+    results: dict[str, ServerToolResultBlock] = {}
+    for block in response.content:
+        if isinstance(block, ServerToolUseBlock):
+            uses.setdefault(block.id, block)
+        elif isinstance(block, ServerToolResultBlock):
+            results.setdefault(block.tool_use_id, block)
+    if not uses and not results:
+        return
+    times: dict[str, tuple[int, int]] = {}
+    for entry in response.server_tool_times:
+        if (
+            isinstance(entry, tuple)
+            and len(entry) == 3
+            and isinstance(entry[0], str)
+            and all(type(t) is int and t >= 0 for t in entry[1:])
+        ):
+            times[entry[0]] = (entry[1], entry[2])
+    now = time.time_ns()
+    named = getattr(tracer, "span_name", None)  # the direct road's, which remembers names
+    for call_id in (*uses, *(r for r in results if r not in uses)):
+        use, result = uses.get(call_id), results.get(call_id)
+        name = (
+            use.name
+            if use is not None
+            else _SERVER_TOOL_OF_RESULT.get(results[call_id].type, results[call_id].type)
+        )
+        start, end = times.get(call_id, (now, now))
+        start = start or now
+        if not end or end < start:
+            end = now if now > start else start
+        full = f"execute_tool {well_formed(name)}"
+        raw = tracer.start_span(
+            named(full) if named else redact(full),
+            kind=SpanKind.INTERNAL,
+            start_time=start,
+            record_exception=False,
+            set_status_on_exception=False,
+        )
+        if raw.is_recording():
+            s = raw if getattr(raw, "redacts", False) else _RedactedSpan(raw)
+            attrs: dict[str, Any] = {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": well_formed(name),
+                "gen_ai.tool.call.id": well_formed(call_id),
+                "gen_ai.tool.type": "server",
+                "gen_ai.conversation.id": run_id,
+                "gen_ai.agent.name": agent_name,
+            }
+            if capture and use is not None:
+                attrs["gen_ai.tool.call.arguments"] = content_for_span(use.input)
+            s.set_attributes(attrs)
+            if result is None:
+                s.set_attribute("orchestrator.outcome", "no_result")
+            else:
+                count, error, found = _server_result(result)
+                if error is not None:
+                    record_outcome(s, error, f"{name} failed at the provider: {error}")
+                else:
+                    record_outcome(s, "ok", None)
+                    if count is not None:
+                        s.set_attribute("orchestrator.tool.result_count", count)
+                    if capture:
+                        s.set_attribute("gen_ai.tool.call.result", content_for_span(found))
+        raw.end(end)
