@@ -707,6 +707,24 @@ def _tree_with_options(
     return agent, model, limits, swapped
 
 
+def _check_hosted_offline(agent: Agent, model: str | None) -> None:
+    """Refuse (a usage error) a tree whose hosted tools fell to the offline model, before the
+    offline note: the web research tree cannot run offline, and says what it needs."""
+    from ..core.agent import AgentTree
+    from ..core.hosted import check_hosted_tools, hosted_names
+    from ..models.base import resolve_model
+
+    try:
+        tree = AgentTree(agent)
+        if not any(hosted_names(a.tools or ()) for a in tree.by_name.values()):
+            return
+        models = tree.models()
+        default = resolve_model(model) if model is not None else None
+        check_hosted_tools(tree, models, default, tree.menus(models))
+    except ConfigurationError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def _trace_name(run_id: str, runs_dir: Path, journal_plan: _JournalPlan | None) -> str:
     """The run's trace file: ``RUN_ID.jsonl``; a resumed run's goes beside the first."""
     if journal_plan is None or not journal_plan.resume:
@@ -731,6 +749,8 @@ def _launch(
     agent, model, limits, swapped = _tree_with_options(args, defined, journal_plan)
     offline = bool(swapped)
     err = sys.stderr
+    if offline and not args.dry_run:  # one line, not the offline note and then the refusal
+        _check_hosted_offline(agent, model)
     if offline and not (args.json or args.quiet):
         err.write(_offline_note(swapped))
     if args.dry_run:

@@ -223,6 +223,12 @@ def check_hosted_tools(
         for name in names:
             for m in (menus or {}).get(agent.name, (model,)):
                 if m is not None and name not in getattr(m, "supports_hosted_tools", ()):
+                    if getattr(m, "provider", "") == "offline":  # said in the terms of the fix
+                        raise ConfigurationError(
+                            f"agent {agent.name!r} holds the hosted tool {name!r}, which the "
+                            "offline model cannot run: this tree needs a model that can search "
+                            "the web (e.g. set ANTHROPIC_API_KEY for Claude)"
+                        )
                     raise ConfigurationError(
                         f"agent {agent.name!r} holds the hosted tool {name!r}, but its model "
                         f"{m.name!r} ({type(m).__name__}) cannot run it (a hosted tool runs at "

@@ -59,13 +59,17 @@ _KEPT_OUTPUT_CHARS: Final = 1_000
 class OutputContext:
     """What an output validator is told: whose output it is, the run's ``deps``, and the
     agent's own tool calls with their results so far (in transcript order), so that a
-    validator can check the output against what the agent actually saw."""
+    validator can check the output against what the agent actually saw. ``messages`` is the
+    agent's whole transcript so far, the reply being judged included: what a hosted tool
+    returned (a web search's results, a fetched page) is there, in the assistant's own
+    messages, not in ``tool_results``."""
 
     agent_name: str
     agent_path: str
     run_id: str
     deps: Any
     tool_results: tuple[tuple[ToolUseBlock, ToolResultBlock], ...]
+    messages: tuple[Message, ...] = ()
 
 
 OutputValidator = Callable[[OutputContext, Any], Any]
@@ -301,7 +305,12 @@ async def _judge(
     if problems or not spec.validators:
         return value, problems
     ctx = OutputContext(
-        node.agent.name, node.path, run.run_id, run.deps, tuple(_tool_results(node.messages))
+        node.agent.name,
+        node.path,
+        run.run_id,
+        run.deps,
+        tuple(_tool_results(node.messages)),
+        tuple(node.messages),
     )
     for fn in spec.validators:
         try:

@@ -7,27 +7,44 @@ then against its own ``search`` and ``read`` calls (the citations). A claim citi
 the researcher neither read nor was shown by a search is rejected with the ids at fault, and
 the model is asked again (``Limits.output_retries`` times), so the lead gets only citations
 that point at something a researcher actually saw.
+
+The web research tree's researchers (``agents/web_research.py``) answer with
+:class:`WebFindings` (the same shape, its sources URLs) and the same validator: there a source
+must be a URL one of the researcher's own hosted ``web_search`` or ``web_fetch`` results gave
+(:func:`urls_seen`, read from the ``web_search_tool_result`` / ``web_fetch_tool_result``
+blocks of its transcript), compared as :func:`url_key` writes them.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from typing import Annotated, Final
+from collections.abc import Iterable, Mapping, Set
+from typing import Annotated, Any, Final
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, Field
 
 from ..core.errors import OutputRejected
-from ..core.messages import ToolResultBlock, ToolUseBlock
+from ..core.messages import (
+    Message,
+    ServerToolResultBlock,
+    ServerToolUseBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 from ..core.output import OutputContext
 
 __all__ = [
     "Claim",
     "Findings",
+    "WebClaim",
+    "WebFindings",
     "cited_sources_were_read",
     "hit_ids",
     "sources_seen",
     "uncited_sources",
+    "url_key",
+    "urls_seen",
 ]
 
 SEARCH_TOOLS: Final = frozenset({"search"})
@@ -61,6 +78,25 @@ class Findings(BaseModel):
     )
 
 
+class WebClaim(Claim):
+    """One statement and the URLs of the web pages it comes from."""
+
+    sources: Annotated[list[str], Field(min_length=1)] = Field(
+        description="The URLs, exactly as your web search or fetch results gave them, of the "
+        "pages that say it."
+    )
+
+
+class WebFindings(Findings):
+    """A web researcher's answer: a short summary and the claims that back it, citing URLs."""
+
+    summary: str = Field(description="The answer in a few sentences, and what you could not find.")
+    claims: list[WebClaim] = Field(  # type: ignore[assignment]  # a Claim that cites URLs
+        description="What the pages say, one claim each, citing only URLs your own searches or "
+        "fetches returned."
+    )
+
+
 def hit_ids(search_result: str) -> list[str]:
     """The ids of the hits of a ``search`` result, in rank order."""
     return _HIT_LINE.findall(search_result)
@@ -91,28 +127,91 @@ def sources_seen(
     return read, found
 
 
-def uncited_sources(findings: Findings, read: set[str], found: set[str]) -> list[tuple[int, str]]:
+def url_key(url: str) -> str:
+    """``url`` as citations are compared: scheme and host in lower case, no fragment, no
+    trailing ``/`` on the path (``https://Example.org/a/#b`` and ``https://example.org/a`` are
+    one page); a text that is not an http(s) URL comes back stripped, unchanged otherwise."""
+    text = url.strip().strip("<>")
+    try:
+        parts = urlsplit(text)
+    except ValueError:
+        return text
+    if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
+        return text
+    path = parts.path.rstrip("/")
+    return urlunsplit((parts.scheme.lower(), parts.netloc.lower(), path, parts.query, ""))
+
+
+def urls_seen(messages: Iterable[Message]) -> set[str]:
+    """The URLs an agent got from its own hosted tools (as :func:`url_key` writes them): each
+    result of its ``web_search`` calls, and each page its ``web_fetch`` calls fetched (the URL
+    asked for and the one the result names). A fetch that failed gave nothing."""
+    asked: dict[str, str] = {}
+    seen: set[str] = set()
+    for m in messages:
+        if m.role != "assistant":
+            continue
+        for b in m.content:
+            if isinstance(b, ServerToolUseBlock) and b.name == "web_fetch":
+                asked[b.id] = str(b.input.get("url", ""))
+            elif isinstance(b, ServerToolResultBlock):
+                got = _result_urls(b.data)
+                if got and b.type == "web_fetch_tool_result" and asked.get(b.tool_use_id):
+                    got.append(asked[b.tool_use_id])
+                seen.update(url_key(u) for u in got if u)
+    return seen
+
+
+def _result_urls(data: Mapping[str, Any]) -> list[str]:
+    """The URLs a ``web_search_tool_result`` or ``web_fetch_tool_result`` block holds (none
+    for an error result)."""
+    content = data.get("content")
+    if data.get("type") == "web_search_tool_result" and isinstance(content, list):
+        return [
+            str(r["url"])
+            for r in content
+            if isinstance(r, Mapping) and r.get("type") == "web_search_result" and r.get("url")
+        ]
+    if (
+        data.get("type") == "web_fetch_tool_result"
+        and isinstance(content, Mapping)
+        and content.get("type") == "web_fetch_result"
+        and content.get("url")
+    ):
+        return [str(content["url"])]
+    return []
+
+
+def uncited_sources(
+    findings: Findings, read: set[str], found: set[str], urls: Set[str] = frozenset()
+) -> list[tuple[int, str]]:
     """``(claim index, source)`` of each citation that is neither an id read or found, nor a
-    section (``id#section``) of a whole document read."""
+    section (``id#section``) of a whole document read, nor a URL in ``urls`` (as
+    :func:`url_key` writes them: :func:`urls_seen`)."""
     whole = {d for d in read if "#" not in d}
     bad = []
     for i, claim in enumerate(findings.claims):
         for source in claim.sources:
             if source in read or source in found or source.split("#", 1)[0] in whole:
                 continue
+            if urls and url_key(source) in urls:
+                continue
             bad.append((i, source))
     return bad
 
 
 def cited_sources_were_read(ctx: OutputContext, findings: Findings) -> Findings:
-    """Output validator: every claim cites only documents this agent read or found by search.
+    """Output validator: every claim cites only documents this agent read or found by search,
+    or URLs its own hosted web searches and fetches returned.
 
     Sources written in brackets (``[topic:for]``, as the prose prompt asks) are taken without
     them. A citation of anything else raises :class:`~orchestrator.OutputRejected` naming each
-    claim and id at fault, so the model reads the document first or drops the claim."""
+    claim and source at fault, so the model reads the document (fetches the page) first or
+    drops the claim."""
     findings = _unbracketed(findings)
     read, found = sources_seen(ctx.tool_results)
-    bad = uncited_sources(findings, read, found)
+    urls = urls_seen(ctx.messages)
+    bad = uncited_sources(findings, read, found, urls)
     if not bad:
         return findings
     lines = []
@@ -120,13 +219,20 @@ def cited_sources_were_read(ctx: OutputContext, findings: Findings) -> Findings:
         text = findings.claims[i].text
         shown = text if len(text) <= _SHOWN_CLAIM_CHARS else text[:_SHOWN_CLAIM_CHARS] + "…"
         lines.append(f"claims.{i} ({shown!r}) cites [{source}], which you did not read")
-    seen = sorted(read | found)
+    web = bool(urls) or isinstance(findings, WebFindings)
+    seen = sorted(urls if web else read | found)
     known = ", ".join(f"[{s}]" for s in seen[:20]) + (" ..." if len(seen) > 20 else "")
+    what = (
+        "URLs your web searches or fetches returned"
+        if web
+        else "document ids your search or read calls returned"
+    )
+    first = "fetch the page first" if web else "read the document first"
     raise OutputRejected(
         "; ".join(lines)
-        + ". Cite only document ids your search or read calls returned"
+        + f". Cite only {what}"
         + (f" ({known})" if known else " (you have read none)")
-        + ": read the document first, or drop the claim."
+        + f": {first}, or drop the claim."
     )
 
 

@@ -91,6 +91,10 @@ class Message:
     """(``server_tool_use``, the hosted tools' counts, is a mapping of its own.)"""
     chunk_chars: int = 8
     """Characters per ``text_delta`` / ``input_json_delta`` event."""
+    extra_input_tokens: int = 0
+    """Input tokens billed on top of the request's own uncached ones: what the API bills for
+    its own sampling iterations within one answer (after each hosted tool's result, the model
+    reads the whole context again), which a responder computes."""
 
 
 @dataclass(frozen=True)
@@ -823,7 +827,7 @@ class FakeMessagesServer:
             for b in reply.content
         )
         usage = {
-            "input_tokens": cached.input_tokens,
+            "input_tokens": cached.input_tokens + reply.extra_input_tokens,
             "cache_creation_input_tokens": cached.cache_creation_input_tokens,
             "cache_read_input_tokens": cached.cache_read_input_tokens,
             "output_tokens": estimate_tokens(content_chars, self.chars_per_token),
