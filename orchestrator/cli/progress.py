@@ -3,7 +3,8 @@
 Driven only by a run's events (``handle.events``), so drawing can never slow the run: if the
 display falls behind, the run drops events instead of waiting. The tree shows each agent's
 state (waiting / running / done / failed / parked: waiting for a person), its current step
-(waiting for the model, which tool), turns and tokens; siblings running in parallel are visible side by side. A call the policy
+(waiting for the model, which tool, what the provider searches or fetches for it), turns and
+tokens; siblings running in parallel are visible side by side. A call the policy
 kept from running shows as declined when an approver (or ``--approve``) said no, and as
 refused with what it was otherwise (an unknown tool, a deny rule, no approver...).
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -33,6 +34,7 @@ from ..core.events import (
     ModelTextDelta,
     ModelToolCallStarted,
     ModelWaiting,
+    ServerToolStarted,
     ToolFinished,
     ToolStarted,
     TurnStarted,
@@ -174,11 +176,29 @@ class _Board:
             return (
                 f"wait   {self._safe(event.path)}: {why}; model call again in {event.seconds:.1f}s"
             )
+        return self._streamed(row, event)
+
+    def _streamed(self, row: _AgentRow, event: Event) -> str | None:
+        """What the model's stream shows: text, a tool call being written, a hosted tool the
+        provider runs (a line of its own: searches and fetches are worth a log line)."""
+        if isinstance(event, ServerToolStarted):
+            row.step = self._server_step(event)
+            return f"web    {self._safe(event.path)}: {row.step}"
         if isinstance(event, ModelToolCallStarted):
             row.step = f"model is calling {self._safe(event.tool, 80)}"
         elif isinstance(event, ModelTextDelta):
             row.step = "model is writing"
         return None
+
+    def _server_step(self, event: ServerToolStarted) -> str:
+        """``searching "query"``, ``fetching URL``, or the tool's name for another one."""
+        arguments = event.input if isinstance(event.input, Mapping) else {}
+        query, url = arguments.get("query"), arguments.get("url")
+        if event.tool == "web_search" and isinstance(query, str):
+            return f'searching "{self._safe(query, 80)}"'
+        if event.tool == "web_fetch" and isinstance(url, str):
+            return f"fetching {self._safe(url, 120)}"
+        return f"provider runs {self._safe(event.tool, 80)}"
 
     def render(self) -> Tree:
         tree = Tree(Text("agents", style="bold"))

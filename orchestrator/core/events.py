@@ -8,8 +8,9 @@ slow or absent consumer costs nothing but dropped events, which are counted
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TypeAlias
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
 
 import trio
 
@@ -24,6 +25,7 @@ __all__ = [
     "ModelTextDelta",
     "ModelToolCallStarted",
     "ModelWaiting",
+    "ServerToolStarted",
     "ToolFinished",
     "ToolStarted",
     "TurnStarted",
@@ -90,6 +92,18 @@ class ModelWaiting:
 
 
 @dataclass(frozen=True, slots=True)
+class ServerToolStarted:
+    """The model called a hosted tool and the provider is running it (streamed, inside the
+    model call): ``tool`` is ``web_search`` or ``web_fetch``, ``input`` its call's input
+    (``{"query": ...}``, ``{"url": ...}``)."""
+
+    path: str
+    tool: str
+    call_id: str
+    input: Mapping[str, Any] = field(default_factory=dict, hash=False)
+
+
+@dataclass(frozen=True, slots=True)
 class ToolStarted:
     """A tool call passed the policy gate and is running (a refused call has only ToolFinished)."""
 
@@ -121,6 +135,7 @@ Event: TypeAlias = (
     | ModelTextDelta
     | ModelToolCallStarted
     | ModelWaiting
+    | ServerToolStarted
     | ToolStarted
     | ToolFinished
 )

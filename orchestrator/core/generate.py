@@ -11,6 +11,7 @@ shortening, the summary request) are :mod:`.compaction`'s, which sits below the 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
@@ -35,7 +36,7 @@ from .compaction import (
     summary_request,
 )
 from .errors import ContextWindowExceeded, ModelError, exception_type
-from .events import ModelTextDelta, ModelToolCallStarted, ModelWaiting
+from .events import ModelTextDelta, ModelToolCallStarted, ModelWaiting, ServerToolStarted
 from .hosted import most_hosted_uses
 from .ledger import BudgetExceeded, PricingFailed
 from .messages import Message, Usage, clamp_usage, text_of
@@ -394,4 +395,9 @@ def _model_context(run: RunState, node: AgentNode) -> ModelContext:
     def wait(seconds: float, why: str) -> None:
         run.events.emit(ModelWaiting(path, seconds, why))
 
-    return ModelContext(run.clients, text_delta, tool_call_start, wait)
+    def server_tool(call_id: str, tool: str, arguments: Mapping[str, Any]) -> None:
+        run.events.emit(ServerToolStarted(path, tool, call_id, arguments))
+
+    return ModelContext(
+        run.clients, text_delta, tool_call_start, wait, on_server_tool_use=server_tool
+    )

@@ -160,7 +160,9 @@ class Assembler:
             if reason is not None:
                 self.stop_reason = str(reason)
             self._usage(event.get("usage"))
-        # content_block_stop, message_stop and event types added later need nothing here
+        elif kind == "content_block_stop":
+            self._stop(int(event["index"]))
+        # message_stop and event types added later need nothing here
 
     def _start(self, index: int, block: dict[str, Any]) -> None:
         kind = block.get("type")
@@ -208,6 +210,22 @@ class Assembler:
             times = self.server_times.setdefault(call_id, [self.started_ns, 0])
             times[1] = time.time_ns()  # a result block arrives whole
         # other block types are not modelled by the transcript
+
+    def _stop(self, index: int) -> None:
+        partial = self._blocks.get(index)
+        if partial is None or partial.kind != "server_tool_use" or partial.raw is None:
+            return
+        # its input is complete: the provider runs the search or fetch now (the progress)
+        joined = "".join(partial.parts)
+        try:
+            value = json.loads(joined) if joined.strip() else partial.raw.get("input")
+        except (ValueError, RecursionError):  # content() says what is wrong with it
+            value = None
+        self._ctx.on_server_tool_use(
+            str(partial.raw.get("id", "")),
+            partial.name,
+            value if isinstance(value, dict) else {},
+        )
 
     def _delta(self, index: int, delta: dict[str, Any]) -> None:
         partial = self._blocks.get(index)

@@ -187,6 +187,12 @@ class ModelContext:
     """The response has started (a streamed answer's first event): a model with
     ``prompt_caching = True`` calls it, as what the request wrote to the cache is readable
     from then."""
+    on_server_tool_use: Callable[[str, str, Mapping[str, Any]], None] = lambda _id, _name, _input: (
+        None
+    )
+    """The provider is running a hosted tool the model called (streamed: its input is
+    complete): the call's id, the tool's name (``web_search``) and its input (``{"query":
+    ...}``); shown in the progress."""
 
 
 @runtime_checkable
