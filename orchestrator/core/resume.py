@@ -24,11 +24,12 @@ from typing import Any, TypeVar, overload
 import trio
 from opentelemetry import trace
 
-from ..models.base import Model
-from .agent import Agent
+from ..models.base import Model, resolve_model
+from .agent import Agent, AgentTree
 from .approvals import resolve_approvals
 from .compaction import ContextPolicy
 from .errors import ConfigurationError
+from .hosted import check_hosted_tools
 from .journal_sqlite import SQLiteJournal, read_header
 from .limits import Limits
 from .policy import DEFER, Policy
@@ -125,6 +126,9 @@ async def resume(
     check_tree(header, definitions or agent, path)
     if policy is None and header.options.get("defer") is True:  # it parked: it parks again
         policy = Policy(approver=DEFER)
+    if model is None:
+        model = header.options.get("model")
+    _check_hosted(agent, model, policy)
     journal = SQLiteJournal.open(path)
     try:
         if approvals:  # on record before they act: never asked again
@@ -132,7 +136,7 @@ async def resume(
         return await run(
             agent,
             header.prompt,
-            model=model if model is not None else header.options.get("model"),
+            model=model,
             limits=limits if limits is not None else recorded_limits(header.options),
             policy=policy,
             deps=deps,
@@ -145,6 +149,23 @@ async def resume(
         )
     finally:
         journal.close()
+
+
+def _check_hosted(agent: Agent, model: Model | str | None, policy: Policy | None) -> None:
+    """:func:`run`'s check of hosted tools (a model that cannot run one, a policy that would
+    confirm one), made before the journal is opened: a refused resume records nothing (not
+    the approvals it was given) and tells why before anything replays."""
+    if not isinstance(model, Model | str | None) or not isinstance(policy, Policy | None):
+        return  # run() says what is wrong with them
+    tree = AgentTree(agent, run_policy=policy)
+    models = tree.models()
+    check_hosted_tools(
+        tree,
+        models,
+        resolve_model(model) if model is not None else None,
+        tree.menus(models),
+        policy,
+    )
 
 
 @overload
