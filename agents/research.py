@@ -10,6 +10,8 @@ keeps only their citations.
 
     orchestrator run agents/research.py "How do lambda expressions and list comprehensions work?"
 
+The lead scales the effort to the question (one researcher for a simple fact, one per part of
+a question in parts, more for a broad survey, never more than six) and says what was not found.
 The lead holds no search tools; each researcher gets only ``search`` and ``read``. Without an API
 key the CLI runs this tree on the offline model; with one, on the models below (replace them
 with ``--override-model``, e.g. ``--override-model claude-haiku-5-5``). ``--corpus DIR``
@@ -37,15 +39,20 @@ researcher = Agent(
     output_validators=[cited_sources_were_read],
 )
 
+MAX_RESEARCHERS = 6
+
 agent = Agent(
     "lead",
-    "You lead a research team. Split the user's question into two to four focused "
-    "sub-questions, spawn one researcher per sub-question in a single turn so they work in "
-    "parallel, then write the final answer from their findings. Keep their citations (document "
-    "ids in brackets, like [topic:for]) next to the claims they support, cite nothing their "
-    "claims do not, and end with a list of sources.",
+    "You lead a research team. First judge how much research the question needs: one "
+    "researcher for a simple fact, two to four for a comparison or a question in several "
+    f"parts (one per part), more for a broad survey, never more than {MAX_RESEARCHERS}. Spawn "
+    "all of them in a single turn so they work in parallel, each with a focused, self-contained "
+    "sub-question. Then write the final answer from their findings: keep their citations "
+    "(document ids in brackets, like [topic:for]) next to the claims they support, cite "
+    "nothing their claims do not, say plainly what they could not find, and end with a list "
+    "of sources.",
     description="Splits a question, delegates to researchers, synthesizes a cited answer.",
     model=f"anthropic:{DEFAULT_MODEL}",
     subagents=[researcher],
-    limits=Limits(max_turns=6, max_depth=1),
+    limits=Limits(max_turns=6, max_depth=1, max_children=MAX_RESEARCHERS),
 )

@@ -21,8 +21,8 @@ from .arguments import example_arguments as example_arguments
 from .findings import Claim, Findings
 from .passages import choose_reads
 from .passages import select_passages as select_passages
-from .questions import MAX_SUBQUESTIONS
 from .questions import keywords as keywords
+from .questions import most_subquestions
 from .questions import search_query as search_query
 from .questions import split_question as split_question
 
@@ -138,10 +138,11 @@ class OfflineModel:
         previous = _last_assistant(messages)
         results = _results_of(messages)
         if previous is None or not previous.tool_uses:
-            return self._first_move(tools, task, turn)
+            return self._first_move(tools, task, turn, most_subquestions(request.system))
         names = {c.name for c in previous.tool_uses}
         if SPAWN in names:
-            return [TextBlock(self._synthesize(task, previous.tool_uses, results))]
+            most = most_subquestions(request.system)
+            return [TextBlock(self._synthesize(task, previous.tool_uses, results, most))]
         if "search" in names and "read" in tools:
             hits = [
                 hit
@@ -170,7 +171,7 @@ class OfflineModel:
         return [TextBlock(f"Done: {task[:200]}. Tool results: {summary}")]
 
     def _first_move(
-        self, tools: dict[str, ToolSpec], task: str, turn: int
+        self, tools: dict[str, ToolSpec], task: str, turn: int, most: int
     ) -> list[TextBlock | ToolUseBlock]:
         if SPAWN in tools:
             agents = list(
@@ -181,7 +182,7 @@ class OfflineModel:
                 if chosen != agents[0] or len(agents) == 1:
                     return [
                         _call(turn, i, SPAWN, {"agent": chosen, "task": q})
-                        for i, q in enumerate(split_question(task))
+                        for i, q in enumerate(split_question(task, limit=most))
                     ]
                 return [
                     _call(turn, i, SPAWN, {"agent": a, "task": task}) for i, a in enumerate(agents)
@@ -213,10 +214,15 @@ class OfflineModel:
         return "\n".join(lines)
 
     def _synthesize(
-        self, task: str, calls: list[ToolUseBlock], results: Mapping[str, ToolResultBlock]
+        self,
+        task: str,
+        calls: list[ToolUseBlock],
+        results: Mapping[str, ToolResultBlock],
+        most: int,
     ) -> str:
         sections = [f"Answer to: {task.strip()}"]
         sources: list[str] = []
+        missing: list[str] = []  # the parts no researcher found anything for, said at the end
         for call in calls:
             if call.name != SPAWN or call.id not in results:
                 continue
@@ -226,6 +232,7 @@ class OfflineModel:
                 sections.append(
                     f"\n## {sub}\n(this part could not be researched: {_clip(r.content, 200)})"
                 )
+                missing.append(sub)
                 continue
             found = _child_findings(r.content)
             if found is not None:  # a typed child: its claims, and only their sources
@@ -236,21 +243,28 @@ class OfflineModel:
                     or found.summary
                 )
                 sources.extend(s for c in found.claims for s in c.sources)
+                if not found.claims:
+                    missing.append(sub)
             else:
                 body = "\n".join(
                     line
                     for line in r.content.splitlines()
                     if not line.startswith(("Sources:", _LEAD_IN))
                 )
-                sources.extend(_ID_CITE.findall(body))
+                cited = _ID_CITE.findall(body)
+                sources.extend(cited)
+                if not cited:
+                    missing.append(sub)
             sections.append(f"\n## {sub.rstrip('?？ ')}?\n{body.strip()}")
         spawned = [str(c.input.get("task", "")) for c in calls if c.name == SPAWN]
         parts = split_question(task, limit=None)
         # only when the lead split the question (not when each child got all of it)
-        left = parts[MAX_SUBQUESTIONS:] if spawned == parts[:MAX_SUBQUESTIONS] else []
+        left = parts[most:] if spawned == parts[:most] else []
+        if missing:
+            sections.append(f"\nNot found: {'; '.join(s.strip() for s in missing)}.")
         if left:  # said, not dropped in silence
             sections.append(
-                f"\n(Not researched: the question has more parts than the {MAX_SUBQUESTIONS} "
+                f"\n(Not researched: the question has more parts than the {most} "
                 f"this model researches at once: {'; '.join(left)}. Ask about them separately.)"
             )
         if sources:

@@ -13,9 +13,10 @@ import re
 
 from .words import fold
 
-__all__ = ["keywords", "search_query", "split_question"]
+__all__ = ["keywords", "most_subquestions", "search_query", "split_question"]
 
 MAX_SUBQUESTIONS = 4
+"""How many researchers the offline lead starts when its instructions name no bound."""
 
 # words of any script ("sécurité", "Größe"), as the corpus reads them; identifiers keep "_"
 WORD = re.compile(r"\w+")
@@ -79,6 +80,15 @@ _CLAUSES = re.compile(
     r"|\s+and\s+(?=(?:how|what|why|when|which|where|who)\b)",
     re.IGNORECASE,
 )
+
+
+# "never more than six", "at most 6 researchers": the bound a lead's instructions set
+_BOUND = re.compile(
+    r"(?i)\b(?:never more than|no more than|at most)\s+(\d+|one|two|three|four|five|six|seven|"
+    r"eight|nine|ten|eleven|twelve)\b"
+)
+_NUMBERS = "one two three four five six seven eight nine ten eleven twelve"
+_NUMBER_WORDS = {w: i + 1 for i, w in enumerate(_NUMBERS.split())}
 
 
 # -- words ----------------------------------------------------------------------------------------
@@ -201,3 +211,13 @@ def split_question(question: str, limit: int | None = MAX_SUBQUESTIONS) -> list[
             out.extend(p.strip(" .,;:") for p in pieces if keywords(p))
     unique = list(dict.fromkeys(out))
     return (unique or [question.strip() or "the task"])[:limit]
+
+
+def most_subquestions(instructions: str) -> int:
+    """How many sub-questions a lead with these instructions researches at most: the bound
+    they state ("never more than six", "at most 4"), else :data:`MAX_SUBQUESTIONS`."""
+    m = _BOUND.search(instructions)
+    if m is None:
+        return MAX_SUBQUESTIONS
+    word = m.group(1).lower()
+    return max(1, int(word) if word.isdigit() else _NUMBER_WORDS[word])
