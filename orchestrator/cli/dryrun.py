@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from typing import Any, TypeAlias
 
-from ..core.agent import Agent, AgentTree
+from ..core.agent import SPAWN_TOOL, Agent, AgentTree
 from ..core.errors import ConfigurationError
 from ..core.generate import context_window
 from ..core.limits import DEFAULT_LIMITS, Limits, tree_wide_limits
 from ..core.loop import MAX_OUTPUT_CAP
 from ..core.messages import Usage
+from ..core.policy import Policy
 from ..core.spawn import DEFAULT_CONTEXT
 from ..models.base import Model, resolve_model
 
-__all__ = ["output_types", "worst_case"]
+__all__ = ["output_types", "who_holds_what", "worst_case"]
 
 _State: TypeAlias = tuple[Agent, Model, Limits, int]
 _PRICING_PROBE = Usage(input_tokens=1_000_000, output_tokens=1_000_000)
@@ -34,6 +36,54 @@ def output_types(root: Agent) -> dict[str, dict[str, Any]]:
             fields = [] if spec.wrapped else list(spec.fields)
             out[name] = {"type": spec.name, "fields": fields, "mode": spec.mode}
     return out
+
+
+def who_holds_what(
+    tree: AgentTree, opened: Mapping[str, Mapping[str, Any]], flags: Mapping[str, str]
+) -> dict[str, str]:
+    """Each agent's tools and the decision its policy (and the root's) gives each, and who
+    holds each toolset (MCP server): ``tools of NAME`` and ``mcp server NAME`` entries.
+
+    ``opened`` holds the tools of each agent listing toolsets (their servers listed); an agent
+    with ``tools=None`` holds what its parents hold (over every parent it can run under), the
+    spawn tool aside. ``flags`` names the ``--mcp`` value that gave each server (by name)."""
+    tools: dict[str, dict[str, None]] = {name: {} for name in tree.by_name}
+    servers: dict[str, dict[str, str]] = {}  # server -> agent -> how it holds it
+    pending: list[tuple[Agent, tuple[str, ...], str | None, tuple[str, ...]]] = [
+        (tree.root, (), None, ())
+    ]
+    seen: set[tuple[str, tuple[str, ...], str | None]] = set()
+    while pending:  # (agent, tools it inherits, from whom, servers among them): finitely many
+        agent, inherited, owner, held = pending.pop()
+        if (agent.name, inherited, owner) in seen:
+            continue
+        seen.add((agent.name, inherited, owner))
+        if agent.tools is None:
+            names = list(inherited)
+            for server in held:
+                how = agent.name if owner is None else f"{agent.name} (inherits {owner}'s tools)"
+                servers.setdefault(server, {}).setdefault(agent.name, how)
+        else:
+            own = opened.get(agent.name)
+            names = list(own) if own is not None else [t.name for t in agent.tools]
+            owner, held = agent.name, tuple(ts.toolset_name for ts in agent.toolsets)
+            for server in held:
+                servers.setdefault(server, {}).setdefault(agent.name, agent.name)
+        subagents = tree.subagents_of(agent)
+        passed_on = tuple(n for n in names if n != SPAWN_TOOL)
+        tools[agent.name].update(dict.fromkeys([*names, *([SPAWN_TOOL] if subagents else [])]))
+        pending.extend((child, passed_on, owner, held) for child in subagents)
+    report: dict[str, str] = {}
+    root_policy = tree.root.policy or Policy()
+    for name, held_tools in tools.items():
+        own_policy = tree.by_name[name].policy
+        policy = root_policy if own_policy is None else own_policy.combine(root_policy)
+        listed = [f"{t} ({policy.decide(t).value})" for t in held_tools]
+        report[f"tools of {name}"] = ", ".join(listed) or "none"
+    for server in sorted(servers):
+        given = f"from --mcp {flags[server]}" if server in flags else "in the tree's file"
+        report[f"mcp server {server}"] = f"{given}; held by {', '.join(servers[server].values())}"
+    return report
 
 
 def worst_case(

@@ -240,10 +240,11 @@ def _add_run_options(run: argparse.ArgumentParser) -> None:
         "--mcp",
         action="append",
         default=[],
-        metavar="NAME=COMMAND|URL",
-        help="an MCP server whose tools the root agent gets (and subagents that inherit its "
-        "tools): NAME=COMMAND starts it over stdio (split as a shell would), NAME=URL connects "
-        "over streamable HTTP; repeatable",
+        metavar="[AGENT:]NAME=COMMAND|URL",
+        help="an MCP server whose tools an agent gets: AGENT (every agent of that name), or the "
+        "root without AGENT:, and the subagents that inherit its tools; NAME=COMMAND starts it "
+        "over stdio (split as a shell would), NAME=URL connects over streamable HTTP; "
+        "repeatable",
     )
     run.add_argument(
         "--runs-dir", default=str(DEFAULT_RUNS_DIR), help="where trace files and journals go"

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from ..core.journal_sqlite import SQLiteJournal
     from ..core.runner import ChildRunner
     from ..models.base import Model
+    from ..toolsets.mcp import MCPServer
     from ..tracing.setup import TracingSetup
 
 __all__ = [
@@ -556,15 +557,17 @@ def _reapply(args: argparse.Namespace, recorded: dict[str, Any], path: Path) -> 
     specs = recorded.get("mcp", [])
     if not isinstance(specs, list) or not all(isinstance(s, str) for s in specs):
         raise UsageError(f"{path}: the journal's header has a bad value for --mcp")
-    given = {spec.partition("=")[0].strip() for spec in args.mcp}
+    from ..toolsets.mcp import option_server_name
+
+    given = {option_server_name(spec) for spec in args.mcp}  # given anew, to any agent
     for spec in specs:
-        name = spec.partition("=")[0].strip()
-        if name in given:
+        if option_server_name(spec) in given:
             continue
         if _HIDDEN in spec:
+            head = spec.partition("=")[0].strip()
             raise UsageError(
-                f"the run's --mcp {name} held a secret, which the journal does not keep: give "
-                f"--mcp {name}=... again"
+                f"the run's --mcp {head} held a secret, which the journal does not keep: give "
+                f"--mcp {head}=... again"
             )
         args.mcp.append(spec)
 
@@ -679,7 +682,7 @@ def _tree_with_options(
     """The tree, default model and limits the command line's options make of ``defined``, and
     the providers swapped for the offline model (a usage error for a bad option)."""
     agent = defined
-    if args.mcp:  # the root's tools, so subagents inheriting its tools get them too
+    if args.mcp:  # the named agents' (or the root's), and so their inheriting descendants'
         agent = _with_mcp_servers(agent, args.mcp)
     try:
         limits = _limits_from(args)
@@ -743,9 +746,10 @@ def _launch(
     journal_plan: _JournalPlan | None,
 ) -> int:
     """Run (or resume) the tree ``defined`` with the command line's options applied."""
+    from ..toolsets.mcp import option_server_name
     from ..tracing.setup import configure_tracing
 
-    mcp_names = [spec.partition("=")[0].strip() for spec in args.mcp]
+    mcp_names = [option_server_name(spec) for spec in args.mcp]
     agent, model, limits, swapped = _tree_with_options(args, defined, journal_plan)
     offline = bool(swapped)
     err = sys.stderr
@@ -1010,19 +1014,52 @@ def _model_spec(name: str | None, flag: str = "--model") -> str | None:
 
 
 def _with_mcp_servers(agent: Agent, specs: list[str]) -> Agent:
-    """The root with the ``--mcp`` servers added to its tools."""
-    from ..toolsets.mcp import server_from_spec
+    """The tree with the ``--mcp`` servers added to the tools of the agents they name (the
+    root when a value names none): one server (one connection per run) per value, shared by
+    its agent and the descendants that inherit its tools. An agent the tree does not have, or
+    one that inherits its tools (a server of its own would replace them), is a usage error,
+    found before any server starts."""
+    from ..toolsets.mcp import parse_mcp_option
 
     try:
-        servers = [server_from_spec(spec) for spec in specs]
+        parsed = [parse_mcp_option(spec) for spec in specs]
     except ConfigurationError as exc:
         raise UsageError(str(exc)) from None
-    names = [s.name for s in servers]
+    defined: dict[str, Agent] = {}  # not an AgentTree: its policy check needs the servers' tools
+    pending = [agent]
+    while pending:
+        a = pending.pop()
+        if defined.setdefault(a.name, a) is a:
+            pending.extend(s for s in a.subagents if isinstance(s, Agent) and s.name not in defined)
+    names = [server.name for _, server in parsed]
     twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
+    if twice:  # one toolset name per tree (its tools' prefix, its log file)
         raise UsageError(f"--mcp {twice[0]}: two servers have this name")
+    given: dict[str, list[MCPServer]] = {}
+    for target, server in parsed:
+        held_by = target or agent.name
+        holder = defined.get(held_by)
+        if holder is None:
+            raise UsageError(
+                f"--mcp {target}:{server.name}: the tree has no agent named {target!r} (its "
+                f"agents: {', '.join(sorted(defined))})"
+            )
+        if holder is not agent and holder.tools is None:
+            raise UsageError(
+                f"--mcp {target}:{server.name}: agent {target!r} inherits its parent's tools "
+                "(tools=None), which a server of its own would replace; name the agent it "
+                "inherits them from, or give it a tools list in the tree's file"
+            )
+        given.setdefault(held_by, []).append(server)
+
+    def add(a: Agent) -> Agent:
+        servers = given.get(a.name)
+        if not servers:
+            return a
+        return a.replace(tools=[*(a.tools or ()), *a.toolsets, *servers])
+
     try:
-        return agent.replace(tools=[*(agent.tools or ()), *agent.toolsets, *servers])
+        return agent.map_tree(add)
     except ConfigurationError as exc:
         raise UsageError(str(exc)) from None
 
@@ -1044,7 +1081,7 @@ def _dry_run(
 
     try:
         report = worst_case(agent, limits, default_model=model)
-        report.update(_toolset_report(agent, Path(args.runs_dir)))
+        report.update(_toolset_report(agent, Path(args.runs_dir), args.mcp))
         outputs = output_types(agent)
     except ConfigurationError as exc:  # an invalid tree: one line, exit 2, like a real run
         raise UsageError(str(exc)) from None
@@ -1068,26 +1105,24 @@ def _dry_run(
     return 0
 
 
-def _toolset_report(agent: Agent, runs_dir: Path) -> dict[str, Any]:
-    """The tools each agent gets from its toolsets (MCP servers) and their policy: listing
-    them means starting each server, as a run would (and stopping it)."""
+def _toolset_report(agent: Agent, runs_dir: Path, specs: list[str]) -> dict[str, Any]:
+    """Who holds what: each agent's tools and their policy, and the agents holding each MCP
+    server (from the tree's file or an ``--mcp`` value). Listing a server's tools means
+    starting it, as a run would (and stopping it)."""
     from ..core.agent import AgentTree
-    from ..core.policy import Policy
     from ..core.toolset import list_toolsets
+    from ..toolsets.mcp import option_server_name
+    from .dryrun import who_holds_what
 
     tree = AgentTree(agent)
-    if not tree.toolsets:
-        return {}
-    resolved, failure = trio.run(list_toolsets, tree, runs_dir)
-    if failure is not None:
-        raise UsageError(failure)
-    report: dict[str, Any] = {
-        "toolsets": f"started {len({ts.source for ts in tree.toolsets})} to list their tools"
-    }
-    root_policy = agent.policy or Policy()
-    for name, tools in resolved.items():
-        own = tree.by_name[name].policy
-        policy = root_policy if own is None else own.combine(root_policy)
-        listed = [f"{t} ({policy.decide(t).value})" for t in tools]
-        report[f"tools of {name}"] = ", ".join(listed) or "none"
+    report: dict[str, Any] = {}
+    resolved: dict[str, Any] = {}
+    if tree.toolsets:
+        resolved, failure = trio.run(list_toolsets, tree, runs_dir)
+        if failure is not None:
+            raise UsageError(failure)
+        started = len({ts.source for ts in tree.toolsets})
+        report["toolsets"] = f"started {started} to list their tools"
+    flags = {option_server_name(s): s.partition("=")[0].strip() for s in specs}
+    report.update(who_holds_what(tree, resolved, flags))
     return report

@@ -32,7 +32,14 @@ from ..core.redact import hold_secrets, looks_secret, shown_url, url_secrets
 from ..core.tools import Tool
 from ..core.toolset import OfferedTool, Toolset, ToolsetFailed, ToolsetHost, ToolsetRun
 
-__all__ = ["HttpTransport", "MCPServer", "StdioTransport", "server_from_spec"]
+__all__ = [
+    "HttpTransport",
+    "MCPServer",
+    "StdioTransport",
+    "option_server_name",
+    "parse_mcp_option",
+    "server_from_spec",
+]
 
 _logger = logging.getLogger("orchestrator.mcp")
 MAX_NAME = 64
@@ -303,29 +310,57 @@ class MCPServer(Toolset):
 def server_from_spec(spec: str) -> MCPServer:
     """A server from the command line's ``NAME=COMMAND`` (stdio; the command split as a shell
     would) or ``NAME=URL`` (streamable HTTP). Raises ConfigurationError with one line."""
+    agent, server = parse_mcp_option(spec)
+    if agent is not None:
+        raise ConfigurationError(
+            f"--mcp {spec.partition('=')[0].strip()}: expected NAME=COMMAND or NAME=URL here, "
+            "without an agent name"
+        )
+    return server
+
+
+def parse_mcp_option(spec: str) -> tuple[str | None, MCPServer]:
+    """The command line's ``--mcp [AGENT:]NAME=COMMAND|URL``: the agent it names (``None``:
+    the root) and the server (stdio for a command, split as a shell would; streamable HTTP for
+    an ``http(s)://`` URL). The text before the first ``=`` is ``[AGENT:]NAME`` (neither name
+    may hold a ``:``; the command or URL may hold ``=`` and ``:``). Raises ConfigurationError
+    with one line."""
     import shlex
 
-    name, eq, value = spec.partition("=")
-    if not eq or not name.strip() or not value.strip():
+    head, eq, value = spec.partition("=")
+    head = head.strip()
+    agent, colon, name = head.rpartition(":")
+    if not eq or not name.strip() or not value.strip() or (colon and not agent.strip()):
         raise ConfigurationError(
-            f"--mcp {spec!r}: expected NAME=COMMAND (stdio) or NAME=URL (streamable HTTP)"
+            f"--mcp {spec!r}: expected [AGENT:]NAME=COMMAND (stdio) or [AGENT:]NAME=URL "
+            "(streamable HTTP)"
+        )
+    if ":" in agent:
+        raise ConfigurationError(
+            f"--mcp {head}: expected [AGENT:]NAME before the '=', with one ':' at most"
         )
     name, value = name.strip(), value.strip()
     scheme = _SCHEME.match(value)
     if scheme is not None:
         if scheme.group(1).lower() not in ("http", "https"):
             raise ConfigurationError(
-                f"--mcp {name}: unknown transport {scheme.group(1)!r}; give a command (stdio) or "
+                f"--mcp {head}: unknown transport {scheme.group(1)!r}; give a command (stdio) or "
                 "an http:// or https:// URL (streamable HTTP)"
             )
-        return MCPServer.http(name, value)
+        return agent.strip() or None, MCPServer.http(name, value)
     try:
         words = shlex.split(value)
     except ValueError as exc:
-        raise ConfigurationError(f"--mcp {name}: cannot split the command: {exc}") from None
+        raise ConfigurationError(f"--mcp {head}: cannot split the command: {exc}") from None
     if not words:
-        raise ConfigurationError(f"--mcp {name}: the command is empty")
-    return MCPServer.stdio(name, words[0], words[1:])
+        raise ConfigurationError(f"--mcp {head}: the command is empty")
+    return agent.strip() or None, MCPServer.stdio(name, words[0], words[1:])
+
+
+def option_server_name(spec: str) -> str:
+    """The server name of a ``--mcp [AGENT:]NAME=...`` value, as written (for messages and to
+    match one given again), without parsing the rest."""
+    return spec.partition("=")[0].rpartition(":")[2].strip()
 
 
 def _hold_secrets(given: Mapping[str, str] | None) -> None:

@@ -143,7 +143,11 @@ def not_mcp(folder: Path) -> Iterator[str]:
 @pytest.mark.parametrize(
     ("spec", "expected"),
     [
-        ("test", "--mcp 'test': expected NAME=COMMAND (stdio) or NAME=URL (streamable HTTP)"),
+        (
+            "test",
+            "--mcp 'test': expected [AGENT:]NAME=COMMAND (stdio) or [AGENT:]NAME=URL "
+            "(streamable HTTP)",
+        ),
         ("test=ws://127.0.0.1:9/mcp", "--mcp test: unknown transport 'ws'"),
         (
             "test=no-such-mcp-server-command --flag",
