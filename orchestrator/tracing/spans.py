@@ -654,28 +654,45 @@ def record_server_tools(
             set_status_on_exception=False,
         )
         if raw.is_recording():
-            s = raw if getattr(raw, "redacts", False) else _RedactedSpan(raw)
-            attrs: dict[str, Any] = {
-                "gen_ai.operation.name": "execute_tool",
-                "gen_ai.tool.name": well_formed(name),
-                "gen_ai.tool.call.id": well_formed(call_id),
-                "gen_ai.tool.type": "server",
-                "gen_ai.conversation.id": run_id,
-                "gen_ai.agent.name": agent_name,
-            }
-            if capture and use is not None:
-                attrs["gen_ai.tool.call.arguments"] = content_for_span(use.input)
-            s.set_attributes(attrs)
-            if result is None:
-                s.set_attribute("orchestrator.outcome", "no_result")
-            else:
-                count, error, found = _server_result(result)
-                if error is not None:
-                    record_outcome(s, error, f"{name} failed at the provider: {error}")
-                else:
-                    record_outcome(s, "ok", None)
-                    if count is not None:
-                        s.set_attribute("orchestrator.tool.result_count", count)
-                    if capture:
-                        s.set_attribute("gen_ai.tool.call.result", content_for_span(found))
+            try:
+                _describe_server_tool(raw, name, call_id, use, result, run_id, agent_name, capture)
+            except Exception as exc:  # describing the span must never break the run
+                raw.set_attribute("orchestrator.attribute_error", type(exc).__name__)
         raw.end(end)
+
+
+def _describe_server_tool(
+    raw: Span,
+    name: str,
+    call_id: str,
+    use: ServerToolUseBlock | None,
+    result: ServerToolResultBlock | None,
+    run_id: str,
+    agent_name: str,
+    capture: bool,
+) -> None:
+    """A hosted tool call's attributes and outcome on its span (:func:`record_server_tools`)."""
+    s = raw if getattr(raw, "redacts", False) else _RedactedSpan(raw)
+    attrs: dict[str, Any] = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": well_formed(name),
+        "gen_ai.tool.call.id": well_formed(call_id),
+        "gen_ai.tool.type": "server",
+        "gen_ai.conversation.id": run_id,
+        "gen_ai.agent.name": agent_name,
+    }
+    if capture and use is not None:
+        attrs["gen_ai.tool.call.arguments"] = content_for_span(use.input)
+    s.set_attributes(attrs)
+    if result is None:
+        s.set_attribute("orchestrator.outcome", "no_result")
+    else:
+        count, error, found = _server_result(result)
+        if error is not None:
+            record_outcome(s, error, f"{name} failed at the provider: {error}")
+        else:
+            record_outcome(s, "ok", None)
+            if count is not None:
+                s.set_attribute("orchestrator.tool.result_count", count)
+            if capture:
+                s.set_attribute("gen_ai.tool.call.result", content_for_span(found))

@@ -10,7 +10,6 @@ say what DESIGN says, and their times are the stream's.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,8 +27,10 @@ from support.fake_messages_server import (
 )
 from support.fake_messages_server import Message as Reply
 
-from orchestrator import Agent, RunResult, RunStatus, WebFetch, WebSearch, run
+from orchestrator import Agent, RunResult, RunStatus, Usage, WebFetch, WebSearch, run
+from orchestrator.core.messages import ServerToolResultBlock, ServerToolUseBlock, TextBlock
 from orchestrator.models.anthropic import AnthropicModel
+from orchestrator.models.base import ModelContext, ModelRequest, ModelResponse
 from orchestrator.tracing import OtlpJsonLinesExporter, configure_tracing
 from orchestrator.tracing.tracefiles import SpanRecord, load_trace
 
@@ -152,10 +153,10 @@ def server_spans(records: list[SpanRecord]) -> list[SpanRecord]:
 
 @pytest.mark.parametrize("capture", [False, True], ids=["plain", "content"])
 async def test_both_roads_trace_each_server_tool_use_as_the_same_execute_tool_span(
-    server: FakeMessagesServer, tmp_path: Path, capture: bool
+    server: FakeMessagesServer, tmp_path: Path, capture: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if capture:
-        os.environ[CAPTURE] = "true"  # (the autouse fixture removes it again)
+        monkeypatch.setenv(CAPTURE, "true")
     sdk_result, sdk = await sdk_road(server, tmp_path)
     direct_result, direct = await direct_road(server, tmp_path)
 
@@ -262,3 +263,49 @@ async def test_a_run_without_hosted_tools_has_no_server_spans(
     assert server_spans(records) == []
     (chat,) = [r for r in records if r.name.startswith("chat ")]
     assert "orchestrator.usage.web_search_requests" not in chat.attributes
+
+
+class NotStreaming:
+    """A model that runs web search at its provider and answers whole (no stream, so no
+    times), once with times that are not times."""
+
+    name = "whole"
+    provider = "whole"
+    supports_hosted_tools = ("web_search",)
+
+    def __init__(self, times: tuple[Any, ...] = ()) -> None:
+        self.times = times
+
+    def cost(self, usage: Usage) -> float:
+        return 0.0
+
+    async def request(self, request: ModelRequest, ctx: ModelContext) -> ModelResponse:
+        return ModelResponse(
+            (
+                ServerToolUseBlock(server_tool_use("web_search", {"query": "q"}, id="srv_1")),
+                ServerToolResultBlock(web_search_result("srv_1", (URL_A, "Trio core"))),
+                TextBlock("found"),
+            ),
+            "end_turn",
+            server_tool_times=self.times,
+        )
+
+
+@pytest.mark.parametrize(
+    "times", [(), (("srv_1", "soon", None), "junk")], ids=["none", "not-times"]
+)
+async def test_a_response_without_stream_times_puts_the_span_at_the_responses_time(
+    tmp_path: Path, times: tuple[Any, ...]
+) -> None:
+    setup = configure_tracing(run_file=tmp_path / "w.jsonl", keep_file=True, set_global=False)
+    lead = Agent("lead", "R.", model=NotStreaming(times), tools=[WebSearch()])  # type: ignore[arg-type]
+    result = await run(lead, "q", tracer_provider=setup.tracer_provider)
+    assert setup.shutdown() and setup.trace_file is not None
+    assert result.output == "found"
+    records = list(load_trace(setup.trace_file))
+    (chat,) = [r for r in records if r.name.startswith("chat ")]
+    (search,) = server_spans(records)
+    assert search.parent_span_id == chat.span_id
+    assert chat.start_ns <= search.start_ns == search.end_ns <= chat.end_ns
+    assert search.attributes["orchestrator.tool.result_count"] == 1
+    assert "orchestrator.attribute_error" not in search.attributes
