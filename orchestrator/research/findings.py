@@ -106,7 +106,8 @@ def sources_seen(
     tool_results: Iterable[tuple[ToolUseBlock, ToolResultBlock]],
 ) -> tuple[set[str], set[str]]:
     """``(read, found)``: the ids an agent read (each ``read`` that succeeded: the id it asked
-    for and the one the document's header gives) and the ids its searches returned.
+    for and the one the document's header gives) and the ids its searches returned (``search``,
+    and an MCP server's ``{server}__search`` whose hits are ``[id] ...`` lines).
 
     ``tool_results`` is :attr:`OutputContext.tool_results`: (call, result) pairs."""
     read: set[str] = set()
@@ -115,7 +116,7 @@ def sources_seen(
         if result.is_error:
             continue
         content = result.content
-        if call.name in SEARCH_TOOLS:
+        if call.name in SEARCH_TOOLS or call.name.endswith("__search"):  # an MCP server's too
             found.update(hit_ids(content))
         elif call.name in READ_TOOLS:
             asked = call.input.get("doc_id")

@@ -37,6 +37,7 @@ __all__ = [
 
 SPAWN = "spawn_subagent"
 SEARCH_LIMIT = 8  # hits asked for: the first five are the ranking, the rest spares to read
+SERVER_SEARCH_SUFFIX = "__search"  # an MCP server's search tool, as the model sees it
 # a hit's id runs to the "]" that ends it: a file name may hold spaces and brackets
 _ID_LINE = re.compile(r"^\[(.+?)\](?=\s|$)", re.MULTILINE)
 # a researcher's cited line ends "- passage [id]": the id is what the last " [" on the line
@@ -69,6 +70,9 @@ class OfflineModel:
       that share the most words with the question. Every passage is quoted verbatim (whole
       sentences, whitespace tidied; a ``...`` marks where an over-long sentence was cut) and
       followed by the ``[id]`` it came from;
+    * offered a ``{server}__search`` tool taking a ``query`` (an MCP server's search, as
+      ``--mcp researcher:notes=...`` gives it), it searches there too, in the same turn, and
+      takes each ``[id] passage`` hit it returns as a document read (the server's first);
     * offered other tools, it calls each once with arguments valid for its JSON schema
       (``example_arguments``), then finishes with what they returned.
 
@@ -143,7 +147,7 @@ class OfflineModel:
         if SPAWN in names:
             most = most_subquestions(request.system)
             return [TextBlock(self._synthesize(task, previous.tool_uses, results, most))]
-        if "search" in names and "read" in tools:
+        if "search" in names and "read" in tools:  # (and any server searches beside it)
             hits = [
                 hit
                 for c in previous.tool_uses
@@ -153,6 +157,8 @@ class OfflineModel:
             chosen = choose_reads(task, hits, already=_read_ids(messages))
             if chosen:
                 return [_call(turn, k, "read", {"doc_id": d}) for k, d in enumerate(chosen)]
+            if _server_hits(messages):  # nothing to read, but a server's search found passages
+                return [TextBlock(self._answer_from_documents(task, messages))]
             failed = [
                 results[c.id].content
                 for c in previous.tool_uses
@@ -163,6 +169,10 @@ class OfflineModel:
             return [TextBlock(f"I found no documents about: {task.strip()}")]
         if "read" in names:
             return [TextBlock(self._answer_from_documents(task, messages))]
+        if names <= set(_server_searches(tools)):  # only a server's search: answer from it
+            if _server_hits(messages):
+                return [TextBlock(self._answer_from_documents(task, messages))]
+            return [TextBlock(_nothing_found(task, previous.tool_uses, results))]
         summary = "; ".join(
             f"{c.name} -> {results[c.id].content[:200]}"
             for c in previous.tool_uses
@@ -187,11 +197,20 @@ class OfflineModel:
                 return [
                     _call(turn, i, SPAWN, {"agent": a, "task": task}) for i, a in enumerate(agents)
                 ]
-        if "search" in tools and "read" in tools:
-            args: dict[str, Any] = {"query": search_query(task)}
-            if "limit" in tools["search"].input_schema.get("properties", {}):
-                args["limit"] = SEARCH_LIMIT
-            return [_call(turn, 0, "search", args)]
+        servers = _server_searches(tools)
+        if ("search" in tools and "read" in tools) or servers:
+            calls: list[TextBlock | ToolUseBlock] = []
+            if "search" in tools and "read" in tools:
+                args: dict[str, Any] = {"query": search_query(task)}
+                if "limit" in tools["search"].input_schema.get("properties", {}):
+                    args["limit"] = SEARCH_LIMIT
+                calls.append(_call(turn, 0, "search", args))
+            # an MCP server's search (``--mcp researcher:notes=...``) in the same turn
+            calls += [
+                _call(turn, len(calls) + k, name, {"query": search_query(task)})
+                for k, name in enumerate(servers)
+            ]
+            return calls
         callable_tools = [t for t in tools.values() if t.name != SPAWN]
         if callable_tools:
             return [
@@ -201,7 +220,8 @@ class OfflineModel:
         return [TextBlock(f"(offline model) Received the task: {task[:500]}")]
 
     def _answer_from_documents(self, question: str, messages: Sequence[Message]) -> str:
-        documents = _read_documents(messages)
+        # a server's passages first: the search the person gave this agent by name
+        documents = _server_hits(messages) + _read_documents(messages)
         best = select_passages(question, documents)
         if not best:
             read = ", ".join(d for d, _ in documents) or "none"
@@ -376,6 +396,53 @@ def _parse_hits(content: str) -> list[tuple[str, str]]:
         if m:
             hits.append((m.group(1), block[m.end() :].replace("**", "")))
     return hits
+
+
+def _server_searches(tools: Mapping[str, ToolSpec]) -> list[str]:
+    """The ``{server}__search`` tools offered that take a ``query`` string and need nothing
+    else (an MCP server's search), by name."""
+    found = []
+    for name, spec in sorted(tools.items()):
+        schema = spec.input_schema
+        query = schema.get("properties", {}).get("query")
+        required = set(schema.get("required", ()))
+        if (
+            name.endswith(SERVER_SEARCH_SUFFIX)
+            and isinstance(query, Mapping)
+            and query.get("type", "string") == "string"
+            and required <= {"query"}
+        ):
+            found.append(name)
+    return found
+
+
+def _server_hits(messages: Sequence[Message]) -> list[tuple[str, str]]:
+    """(id, passage) of each hit (``[id] passage``) that a ``{server}__search`` call of the
+    transcript returned, in the order returned."""
+    calls = {
+        c.id
+        for m in messages
+        if m.role == "assistant"
+        for c in m.tool_uses
+        if c.name.endswith(SERVER_SEARCH_SUFFIX)
+    }
+    return [
+        (doc_id, text.strip())
+        for m in messages
+        if m.role == "user"
+        for b in m.content
+        if isinstance(b, ToolResultBlock) and b.tool_use_id in calls and not b.is_error
+        for doc_id, text in _parse_hits(b.content)
+    ]
+
+
+def _nothing_found(
+    task: str, calls: Sequence[ToolUseBlock], results: Mapping[str, ToolResultBlock]
+) -> str:
+    failed = [results[c.id].content for c in calls if c.id in results and results[c.id].is_error]
+    if failed:  # say why, rather than that nothing was found
+        return f"I could not search: {failed[0][:300]}"
+    return f"I found no documents about: {task.strip()}"
 
 
 def _call(turn: int, index: int, name: str, args: dict[str, Any]) -> ToolUseBlock:
