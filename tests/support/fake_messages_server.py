@@ -822,9 +822,10 @@ class FakeMessagesServer:
             )
 
     def _usage(self, cached: CacheUsage, reply: Message) -> dict[str, int]:
-        content_chars = sum(
+        content_chars = sum(  # a hosted tool's result is the provider's input, not output
             len(json.dumps({k: v for k, v in b.items() if not k.startswith("_")}))
             for b in reply.content
+            if not str(b.get("type", "")).endswith("_tool_result")
         )
         usage = {
             "input_tokens": cached.input_tokens + reply.extra_input_tokens,

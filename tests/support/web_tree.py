@@ -15,7 +15,7 @@ would:
 
 Pages and search results are padded to realistic sizes (``page_chars`` per fetched page,
 ``result_chars`` of encrypted content per search result) so that token counts mean something,
-and each answer with hosted tools bills, as ``extra_input_tokens``, the context the API reads
+and each answer with hosted tools bills, as ``extra_input_tokens``, the results the API reads
 again after each hosted tool's result (its own sampling iterations within the answer).
 """
 
@@ -55,6 +55,8 @@ class WebTreeResponder:
     results_per_search: int = 5
     page_chars: int = 2_000
     result_chars: int = 400
+    claim_chars: int = 0
+    """Each claim's text padded to this many characters (0: as written)."""
     answers: list[str] = field(default_factory=list)
     """The lead's final answers, as written (before the CLI prints them)."""
 
@@ -63,7 +65,7 @@ class WebTreeResponder:
         messages = body["messages"]
         if system.startswith(LEAD_MARK):
             return self._lead(messages)
-        return self._researcher(body, messages)
+        return self._researcher(messages)
 
     # -- the lead ---------------------------------------------------------------------------
 
@@ -111,7 +113,7 @@ class WebTreeResponder:
 
     # -- a researcher -----------------------------------------------------------------------
 
-    def _researcher(self, body: dict[str, Any], messages: list[dict[str, Any]]) -> Message:
+    def _researcher(self, messages: list[dict[str, Any]]) -> Message:
         task = _text(messages[0])
         part = next((i for i, p in enumerate(self.parts) if p == task.strip()), 0)
         if len(messages) > 1:  # told its answer was rejected: again, without what was named
@@ -144,7 +146,10 @@ class WebTreeResponder:
             summary = "The pages found do not answer this."
         else:
             claims = [
-                {"text": f"Part {part}: point {k} from the page.", "sources": [url]}
+                {
+                    "text": _pad(f"Part {part}: point {k} from the page. ", self.claim_chars),
+                    "sources": [url],
+                }
                 for k, url in enumerate(fetched)
             ]
             summary = f"Two pages answer part {part}."
@@ -162,7 +167,7 @@ class WebTreeResponder:
             tuple(blocks),
             stop_reason="tool_use",
             usage={"server_tool_use": {"web_search_requests": 1, "web_fetch_requests": 2}},
-            extra_input_tokens=_iterations(body, blocks),
+            extra_input_tokens=_iterations(blocks),
         )
 
     def _final_again(self, messages: list[dict[str, Any]], part: int) -> Message:
@@ -192,15 +197,16 @@ class WebTreeResponder:
         )
 
 
-def _iterations(body: Mapping[str, Any], blocks: Sequence[Mapping[str, Any]]) -> int:
-    """What the API reads again within one answer: after each hosted tool's result, the
-    request's context and the answer so far (characters / 4, as the fake counts)."""
-    context = len(json.dumps([body.get("tools"), body.get("system"), body["messages"]]))
-    total, so_far = 0, 0
+def _iterations(blocks: Sequence[Mapping[str, Any]]) -> int:
+    """What the API bills within one answer for its hosted tools' results: "search results
+    count towards input tokens on every subsequent iteration" (Anthropic's web search docs),
+    so after each result block, every result so far is read again (characters / 4, as the
+    fake counts). The rest of the context's re-reading within the answer is not billed here."""
+    total, results = 0, 0
     for block in blocks:
-        so_far += len(json.dumps(block))
         if str(block.get("type", "")).endswith("_tool_result"):
-            total += estimate_tokens(context + so_far)
+            results += len(json.dumps(block))
+            total += estimate_tokens(results)
     return total
 
 
