@@ -210,12 +210,6 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known bug (issue 39, part 10): one of the server and the process it started outlives "
-    "a SIGKILLed command for more than 30 s in most runs (5 of 6 on 2026-12-07, alone and in the "
-    "suite); the keeper's tether does not end them reliably yet",
-)
 def test_a_stdio_server_and_what_it_started_die_with_a_sigkilled_command(tmp_path: Path) -> None:
     (tmp_path / "agents.py").write_text(SLEEPER.format())
     command = [sys.executable, "-m", "orchestrator.cli", "run", "agents.py", "Go.", "--quiet"]
