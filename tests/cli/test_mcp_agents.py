@@ -200,3 +200,15 @@ def test_the_dry_run_lists_who_holds_what(cli: Cli, tmp_path: Path) -> None:
     doc = json.loads(cli("run", "tree.py", "Go.", "--dry-run", "--json", "--mcp", server()).stdout)
     assert doc["tools of other"] == "none"
     assert doc["mcp server test"] == lines["mcp server test"]
+
+
+def test_resume_gives_the_agents_server_again_from_the_journal(cli: Cli, tmp_path: Path) -> None:
+    write_tree(tmp_path)
+    first = cli("run", "tree.py", "Go.", "--mcp", server(), "--max-turns", "1")
+    assert first.returncode == 3, first.stderr  # max_turns: nothing answered
+    (journal,) = (tmp_path / "runs").glob("*.db")
+    done = cli("resume", journal.stem, "--max-turns", "3")  # the --mcp value given again
+    assert done.returncode == 0, done.stderr
+    agents = held(done.stdout)
+    assert all(pid.isdigit() for _, pid in agents["worker"] + agents["helper"])
+    assert agents["other"] == [([], "-")]
