@@ -73,7 +73,7 @@ class Agent(Generic[OutputT]):
     ``output_mode="tool"`` (the default) asks for it through a ``final_result`` tool;
     ``"native"`` through the provider's structured output. ``output_validators`` check the
     value further (``fn(ctx, value) -> value``; raise :class:`~orchestrator.OutputRejected` to
-    ask the model again). See docs/typed.md.
+    ask the model again); on a text agent they check its final text. See docs/typed.md.
     """
 
     __slots__ = (

@@ -183,6 +183,7 @@ async def _loop(node: AgentNode, run: RunState) -> None:
         t.spec_chars for t in node.tools.values()
     )
     typed = node.agent.output_spec
+    checked = typed is not None or bool(node.agent.output_validators)  # a text answer too
     if typed is not None and typed.mode == "tool":  # the answer is this tool's input
         specs.append(typed.tool_spec)
         node._fixed_chars += typed.schema_units
@@ -225,7 +226,7 @@ async def _loop(node: AgentNode, run: RunState) -> None:
                     else:
                         await _final_step(node, run, state, parsed.calls, turn_span)
                 elif isinstance(parsed, Ended):
-                    if typed is None or parsed.status is not RunStatus.COMPLETED:
+                    if parsed.status is not RunStatus.COMPLETED or not checked:
                         node.finish(parsed.status, parsed.reason, parsed.output)
                     elif not await settle_text(node, run, typed, parsed.output, turn_span):
                         _end_if_no_turns_left(node, state)

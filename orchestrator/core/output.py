@@ -77,6 +77,14 @@ OutputValidator = Callable[[OutputContext, Any], Any]
 :class:`~orchestrator.OutputRejected` to ask the model again."""
 
 
+def _check_validators(agent: str, validators: Sequence[OutputValidator]) -> None:
+    for fn in validators:
+        if not callable(fn):
+            raise ConfigurationError(
+                f"agent {agent!r}: output_validators must be functions, got {fn!r}"
+            )
+
+
 class OutputSpec:
     """An output type compiled once per agent definition: its validator, its JSON schema (as
     the model sees it), its name and fields (for a parent's spawn tool) and the checks."""
@@ -106,11 +114,7 @@ class OutputSpec:
             raise ConfigurationError(
                 f"agent {agent!r}: output_mode must be 'tool' or 'native', got {mode!r}"
             )
-        for fn in validators:
-            if not callable(fn):
-                raise ConfigurationError(
-                    f"agent {agent!r}: output_validators must be functions, got {fn!r}"
-                )
+        _check_validators(agent, validators)
         name = type_name(output_type)
         try:
             adapter: TypeAdapter[Any] = TypeAdapter(output_type)
@@ -210,14 +214,12 @@ def type_name(tp: Any) -> str:
 def output_spec(
     agent: str, output_type: Any, mode: OutputMode, validators: Sequence[OutputValidator]
 ) -> OutputSpec | None:
-    """The compiled output of an agent definition (``None`` for a plain ``str`` agent)."""
+    """The compiled output of an agent definition (``None`` for a plain ``str`` agent, whose
+    validators, if any, the loop runs on its final text: :func:`settle_text`)."""
     if output_type is str:
-        if validators:
-            raise ConfigurationError(
-                f"agent {agent!r}: output_validators need an output_type other than str"
-            )
         if mode != "tool":
             raise ConfigurationError(f"agent {agent!r}: output_mode needs an output_type")
+        _check_validators(agent, validators)
         return None
     return OutputSpec(agent, output_type, mode, validators)
 
@@ -304,6 +306,13 @@ async def _judge(
     value, problems = spec.check(raw)
     if problems or not spec.validators:
         return value, problems
+    return await _validated(node, run, spec.validators, value)
+
+
+async def _validated(
+    node: AgentNode, run: RunState, validators: Sequence[OutputValidator], value: Any
+) -> tuple[Any, list[str]]:
+    """Each validator in order on ``value``: the value it leaves, or the rejection's words."""
     ctx = OutputContext(
         node.agent.name,
         node.path,
@@ -312,11 +321,14 @@ async def _judge(
         tuple(_tool_results(node.messages)),
         tuple(node.messages),
     )
-    for fn in spec.validators:
+    text = isinstance(value, str)
+    for fn in validators:
         try:
             changed = fn(ctx, value)
             if inspect.isawaitable(changed):
                 changed = await changed
+            if text and not isinstance(changed, str):  # a text answer stays text
+                raise TypeError(f"it returned {type(changed).__name__}, not the answer's str")
         except OutputRejected as exc:
             return None, [str(exc) or "rejected by an output validator"]
         except Exception as exc:
@@ -375,17 +387,21 @@ async def settle_calls(
 
 
 async def settle_text(
-    node: AgentNode, run: RunState, spec: OutputSpec, text: str, span: Span
+    node: AgentNode, run: RunState, spec: OutputSpec | None, text: str, span: Span
 ) -> bool:
-    """A reply of text, which a plain agent would end with: in native mode the text is the
-    JSON to check; in tool mode it is not an answer (the model is told to call
+    """A reply of text, which ends a plain agent: without a ``spec`` (a text agent with
+    output validators) the text is the answer the validators judge; in native mode the text
+    is the JSON to check; in tool mode it is not an answer (the model is told to call
     ``final_result``). True when the agent ended."""
-    if spec.mode == "tool":
+    if spec is not None and spec.mode == "tool":
         problems = [f"a text reply is not an answer here: call {FINAL_RESULT} with your answer"]
         value = None
     else:
         try:
-            value, problems = await _judge(node, run, spec, text)
+            if spec is None:
+                value, problems = await _validated(node, run, node.agent.output_validators, text)
+            else:
+                value, problems = await _judge(node, run, spec, text)
         except _ValidatorBug as bug:
             node.finish(RunStatus.ERROR, str(bug))
             return True
@@ -396,13 +412,18 @@ async def settle_text(
     if _rejected(node, run, span, message):
         _give_up(node, text)
         return True
-    node.append(Message.user(f"{message}\nAnswer again." if spec.mode == "native" else message))
+    node.append(
+        Message.user(
+            message if spec is not None and spec.mode == "tool" else f"{message}\nAnswer again."
+        )
+    )
     return False
 
 
-def _accept(node: AgentNode, spec: OutputSpec, value: Any) -> None:
+def _accept(node: AgentNode, spec: OutputSpec | None, value: Any) -> None:
     node.finish(RunStatus.COMPLETED, output=value)
-    node.output_json = spec.to_json(value)
+    if spec is not None:
+        node.output_json = spec.to_json(value)
 
 
 def _rejected(node: AgentNode, run: RunState, span: Span, problems: str) -> bool:

@@ -292,6 +292,71 @@ async def test_a_validator_that_raises_anything_else_ends_the_agent_with_error_n
     valid_transcript(result.messages)
 
 
+async def test_a_text_agents_validators_judge_its_final_text_and_may_reject_or_change_it():
+    seen: list[OutputContext] = []
+
+    def no_shouting(ctx: OutputContext, answer: str) -> str:
+        seen.append(ctx)
+        if answer.isupper():
+            raise OutputRejected("do not shout")
+        return answer
+
+    def signed(ctx: OutputContext, answer: str) -> str:
+        return answer + " (checked)"
+
+    model = ScriptedModel([text("HELLO"), text("hello")])
+    agent = Agent("a", "x", output_validators=[no_shouting, signed])
+    result = await run(agent, "go", model=model)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.output == "hello (checked)"
+    assert result.output_json is None  # text stays text
+    rejection = result.messages[2]
+    assert rejection.role == "user" and "do not shout" in rejection.content[0].text
+    assert "Answer again." in rejection.content[0].text
+    assert [ctx.messages[-1].content[0].text for ctx in seen] == ["HELLO", "hello"]
+    valid_transcript(result.messages)
+
+
+async def test_a_text_answer_rejected_past_output_retries_ends_invalid_output():
+    def never(ctx: OutputContext, answer: str) -> str:
+        raise OutputRejected("no")
+
+    agent = Agent("a", "x", limits=Limits(output_retries=1), output_validators=[never])
+    result = await run(agent, "go", model=ScriptedModel([text("one"), text("two")]))
+    assert result.status is RunStatus.INVALID_OUTPUT
+    assert "rejected 2 times" in (result.error or "") and "two" in (result.error or "")
+
+
+async def test_a_text_validator_that_returns_no_str_is_a_bug_that_ends_the_agent_with_error():
+    def to_int(ctx: OutputContext, answer: str) -> int:
+        return len(answer)
+
+    agent = Agent("a", "x", output_validators=[to_int])
+    result = await run(agent, "go", model=ScriptedModel([text("hello")] * 2))
+    assert result.status is RunStatus.ERROR
+    assert "to_int" in (result.error or "") and "not the answer's str" in (result.error or "")
+
+
+async def test_a_text_childs_rejected_answer_is_asked_again_before_the_parent_reads_it():
+    def cited(ctx: OutputContext, answer: str) -> str:
+        if "[" not in answer:
+            raise OutputRejected("cite a source in brackets")
+        return answer
+
+    child = Agent("child", "c", description="answers", output_validators=[cited])
+    lead = Agent("lead", "l", subagents=[child])
+    scripts = {
+        "lead": [tool_call("spawn_subagent", {"agent": "child", "task": "t"}), text("done")],
+        "child": [text("plain"), text("with [doc1]")],
+    }
+    model = ScriptedModel(scripts)
+    result = await run(lead, "go", model=model)
+    assert result.status is RunStatus.COMPLETED, result.error
+    (kid,) = result.children
+    assert kid.status is RunStatus.COMPLETED and kid.output == "with [doc1]"
+    assert kid.turns == 2
+
+
 async def test_a_typed_child_answers_its_parent_with_json_and_the_program_with_the_instance():
     seen: list[ModelRequest] = []
     researcher = Agent("researcher", "find", description="finds things", output_type=Findings)
@@ -388,9 +453,9 @@ def test_a_typed_agent_may_not_hold_a_tool_named_final_result():
         Agent("typed", "x", tools=[final_result], output_type=int)
 
 
-def test_validators_and_native_mode_need_an_output_type():
-    with pytest.raises(ConfigurationError, match="output_validators"):
-        Agent("a", "x", output_validators=[lambda ctx, v: v])
+def test_native_mode_needs_an_output_type_and_validators_must_be_functions():
+    with pytest.raises(ConfigurationError, match="output_validators must be functions"):
+        Agent("a", "x", output_validators=["not a function"])  # type: ignore[list-item]
     with pytest.raises(ConfigurationError, match="output_mode"):
         Agent("a", "x", output_mode="native")
     with pytest.raises(ConfigurationError, match="output_mode"):
