@@ -5,8 +5,9 @@ Each researcher answers with typed :class:`Findings` (a summary and claims, each
 document ids it comes from), checked before the lead sees them: a claim citing a document the
 researcher did not read (an id none of its own ``search`` or ``read`` calls returned) is
 rejected and the researcher is asked again (``Limits(output_retries=2)``), so the lead gets
-only citations that point at something read. The lead answers in prose from the findings and
-keeps only their citations.
+only citations that point at something read. The lead answers in prose from the findings, and
+its answer is checked too (``answer_cites_only_findings``): a citation no researcher's claims
+hold is rejected and the lead asked again.
 
     orchestrator run agents/research.py "How do lambda expressions and list comprehensions work?"
 
@@ -21,7 +22,11 @@ searches a folder of .md/.txt/.rst/.html files instead of the Python documentati
 
 from orchestrator import Agent, Limits
 from orchestrator.models.anthropic import DEFAULT_MODEL, FAST_MODEL
-from orchestrator.research.findings import Findings, cited_sources_were_read
+from orchestrator.research.findings import (
+    Findings,
+    answer_cites_only_findings,
+    cited_sources_were_read,
+)
 from orchestrator.research.tools import corpus_tools
 
 researcher = Agent(
@@ -55,4 +60,5 @@ agent = Agent(
     model=f"anthropic:{DEFAULT_MODEL}",
     subagents=[researcher],
     limits=Limits(max_turns=6, max_depth=1, max_children=MAX_RESEARCHERS),
+    output_validators=[answer_cites_only_findings],
 )

@@ -6,7 +6,8 @@ Anthropic, not here) and answers with typed :class:`WebFindings` (a summary and 
 citing the URLs it comes from), checked before the lead sees them: a claim citing a URL that
 none of the researcher's own web search or fetch results gave is rejected with the URL named,
 and the researcher is asked again (``Limits(output_retries=2)``). The lead answers in prose
-from the findings and keeps only their URLs.
+from the findings, and its answer is checked too (``answer_cites_only_findings``): a URL no
+researcher's claims cite is rejected and the lead asked again.
 
     ANTHROPIC_API_KEY=... orchestrator run agents/web_research.py \\
         "What is the tallest building in Europe, when did it open, and who designed it?"
@@ -19,7 +20,11 @@ researcher makes at most 5 searches and 5 fetches.
 
 from orchestrator import Agent, Limits, WebFetch, WebSearch
 from orchestrator.models.anthropic import DEFAULT_MODEL, FAST_MODEL
-from orchestrator.research.findings import WebFindings, cited_sources_were_read
+from orchestrator.research.findings import (
+    WebFindings,
+    answer_cites_only_findings,
+    cited_sources_were_read,
+)
 
 MAX_RESEARCHERS = 6
 
@@ -53,4 +58,5 @@ agent = Agent(
     model=f"anthropic:{DEFAULT_MODEL}",
     subagents=[researcher],
     limits=Limits(max_turns=6, max_depth=1, max_children=MAX_RESEARCHERS),
+    output_validators=[answer_cites_only_findings],
 )

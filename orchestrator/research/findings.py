@@ -17,6 +17,7 @@ blocks of its transcript), compared as :func:`url_key` writes them.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping, Set
 from typing import Annotated, Any, Final
@@ -39,7 +40,9 @@ __all__ = [
     "Findings",
     "WebClaim",
     "WebFindings",
+    "answer_cites_only_findings",
     "cited_sources_were_read",
+    "findings_sources",
     "hit_ids",
     "sources_seen",
     "uncited_sources",
@@ -55,6 +58,12 @@ _HIT_LINE = re.compile(r"^\[(.+?)\](?=\s|$)", re.MULTILINE)
 # what read() puts first: "# Title [id]"; the id is what the last " [" on the line opens
 _READ_HEADER = re.compile(r"\A# .* \[(.+)\]$", re.MULTILINE)
 _SHOWN_CLAIM_CHARS: Final = 80
+# a citation in a lead's prose: a bracketed token without spaces ("[topic:for]", "[https://...]"),
+# not a link's text ("[text](url)"); which of them are checked: _is_citation
+_CITATION = re.compile(r"\[([^\s\[\]]+)\](?!\()")
+# the sources of a child's JSON cut at the parent's max_result_chars (no longer parseable)
+_SOURCES_LIST = re.compile(r'"sources"\s*:\s*\[([^\]]*)')
+_QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
 
 
 class Claim(BaseModel):
@@ -251,3 +260,83 @@ def _unbracketed(findings: Findings) -> Findings:
         for c in findings.claims
     ]
     return findings.model_copy(update={"claims": claims})
+
+
+def findings_sources(tool_results: Iterable[tuple[ToolUseBlock, ToolResultBlock]]) -> set[str]:
+    """Every source the claims of the findings an agent's children returned cite (each
+    successful ``spawn_subagent`` result that is :class:`Findings` JSON; also one cut at the
+    parent's ``max_result_chars``), brackets taken off, URLs as :func:`url_key` writes them."""
+    sources: set[str] = set()
+    for call, result in tool_results:
+        if call.name != "spawn_subagent" or result.is_error:
+            continue
+        try:
+            doc = json.loads(result.content)
+            claims = doc.get("claims") if isinstance(doc, dict) else None
+            cited = [
+                str(source)
+                for claim in claims or ()
+                if isinstance(claim, dict)
+                for source in claim.get("sources") or ()
+            ]
+        except ValueError:  # a cut JSON: what its sources lists still hold
+            cited = [
+                json.loads(f'"{quoted}"')
+                for listed in _SOURCES_LIST.findall(result.content)
+                for quoted in _QUOTED.findall(listed)
+            ]
+        sources.update(url_key(_bare(source)) for source in cited)
+    return sources
+
+
+def _is_url(text: str) -> bool:
+    return text.startswith(("http://", "https://"))
+
+
+def _kind(source: str) -> str | None:
+    """What kind of id ``source`` is: its prefix (``topic:`` of ``topic:for``), else its file
+    extension (``.md`` of ``notes/a.md#intro``); None for neither."""
+    head, colon, _ = source.partition(":")
+    if colon:
+        return head + ":"
+    name = source.split("#", 1)[0].rsplit("/", 1)[-1]
+    _, dot, ext = name.rpartition(".")
+    return "." + ext if dot and ext.isalnum() else None
+
+
+def _is_citation(token: str, kinds: Set[str | None]) -> bool:
+    """Whether a bracketed token of a lead's prose is a citation to check: a URL, or an id of a
+    kind the findings cite (``topic:...`` when they cite ``topic:for``, ``*.md`` when they cite
+    ``a.md``). Anything else in brackets (``sys.argv[1:]`` in a quoted passage) is prose."""
+    return _is_url(url_key(token)) or _kind(token) in kinds
+
+
+def _bare(source: str) -> str:
+    return source[1:-1] if source.startswith("[") and source.endswith("]") else source
+
+
+def answer_cites_only_findings(ctx: OutputContext, answer: str) -> str:
+    """Output validator for a lead's prose answer: every citation in it (a bracketed source,
+    ``[topic:for]`` or ``[https://example.org/page]``) is one its researchers' findings cite
+    (:func:`findings_sources`), so the answer keeps only what a researcher read and the
+    researchers' validator checked. A citation of anything else raises
+    :class:`~orchestrator.OutputRejected` naming each; the lead is asked again."""
+    allowed = findings_sources(ctx.tool_results)
+    kinds = {_kind(a) for a in allowed if not _is_url(a)} - {None}
+    bad = [
+        cited
+        for cited in dict.fromkeys(_CITATION.findall(answer))
+        if _is_citation(cited, kinds) and url_key(cited) not in allowed
+    ]
+    if not bad:
+        return answer
+    known = sorted(allowed)
+    listed = ", ".join(f"[{s}]" for s in known[:20]) + (" ..." if len(known) > 20 else "")
+    raise OutputRejected(
+        "The answer cites "
+        + ", ".join(f"[{b}]" for b in bad)
+        + ", which no researcher's findings cite. Cite only the sources of your researchers' "
+        + "claims"
+        + (f" ({listed})" if listed else " (they cited none)")
+        + ": drop those citations, or the statements they back."
+    )

@@ -47,6 +47,9 @@ _LEAD_IN = "What the documents say about"
 _REJECTED = "The output was rejected"  # how a rejected typed answer is sent back
 # a problem's field path naming one claim of a rejected answer ("claims.2", "claims.2.sources")
 _CLAIM_PATH = re.compile(r"\bclaims\.(\d+)\b")
+# the citations a rejected text answer names: "The answer cites [a], [b], which ..."
+_NAMED_CITATIONS = re.compile(r"The answer cites (.*?), which no researcher")
+_BRACKETED = re.compile(r"\[([^\s\[\]]+)\]")
 
 
 # -- the model ----------------------------------------------------------------------------------
@@ -121,7 +124,8 @@ class OfflineModel:
         """The next reply for ``request``'s transcript."""
         typed = request.output
         if typed is None:
-            return self._decide(request)
+            rewritten = _text_again(request.messages)
+            return [rewritten] if rewritten is not None else self._decide(request)
         messages = request.messages
         again = _answer_again(
             typed, request.turn_index(), messages, _last_assistant(messages), _results_of(messages)
@@ -371,6 +375,25 @@ def _answer_again(
             first = problems.removeprefix(_REJECTED).strip(" :\n-").splitlines()[0]
             value["summary"] = f"Nothing I found could be kept: {_clip(first, 300)}"
     return _give(output, turn, value)
+
+
+def _text_again(messages: Sequence[Message]) -> TextBlock | None:
+    """After a rejected text answer (a lead's, by ``answer_cites_only_findings``): the same
+    answer without the lines citing what the problems name (``None`` when the last answer was
+    not rejected)."""
+    last = messages[-1] if messages else None
+    previous = _last_assistant(messages)
+    if last is None or last.role != "user" or not last.text.startswith(_REJECTED):
+        return None
+    if previous is None or previous.tool_uses:
+        return None
+    named = {
+        f"[{cited}]"
+        for listed in _NAMED_CITATIONS.findall(last.text)
+        for cited in _BRACKETED.findall(listed)
+    }
+    kept = [line for line in previous.text.splitlines() if not any(n in line for n in named)]
+    return TextBlock("\n".join(kept))
 
 
 def _child_findings(content: str) -> Findings | None:

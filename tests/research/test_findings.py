@@ -5,6 +5,7 @@ when asked."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
@@ -16,11 +17,13 @@ from support.cli import Cli, cli_env
 from orchestrator import Agent, Limits, OutputContext, OutputRejected, RunStatus, run
 from orchestrator.core.messages import ToolResultBlock, ToolUseBlock
 from orchestrator.core.output import OutputValidator
-from orchestrator.models import ScriptedModel, tool_call
+from orchestrator.models import ScriptedModel, text, tool_call
 from orchestrator.research.findings import (
     Claim,
     Findings,
+    answer_cites_only_findings,
     cited_sources_were_read,
+    findings_sources,
     sources_seen,
 )
 from orchestrator.research.tools import corpus_tools
@@ -42,8 +45,8 @@ DOCS = {
 def corpus(tmp_path: Path) -> tuple[Path, Path]:
     root = tmp_path / "docs"
     root.mkdir()
-    for name, text in DOCS.items():
-        (root / name).write_text(text, encoding="utf-8")
+    for name, body in DOCS.items():
+        (root / name).write_text(body, encoding="utf-8")
     return root, tmp_path / "index.sqlite"
 
 
@@ -291,3 +294,76 @@ def test_the_research_tree_from_the_cli_answers_offline_with_citations_checked_a
     assert cited and not listed_only
     assert {doc for doc, _ in cited} == set(claimed)
     assert {doc.split("#")[0] for doc in claimed} == {"generators.md", "context.md"}
+
+
+# -- the lead's answer: only its researchers' sources ---------------------------------------------
+
+
+def lead(corpus: tuple[Path, Path], *validators: OutputValidator) -> Agent[str]:
+    return Agent(
+        "lead",
+        "Lead.",
+        subagents=[researcher(corpus)],
+        limits=Limits(max_turns=6, max_depth=1),
+        output_validators=[answer_cites_only_findings, *validators],
+    )
+
+
+async def test_a_lead_citing_a_source_no_researcher_found_is_asked_again_naming_it(
+    corpus: tuple[Path, Path],
+) -> None:
+    spawn = tool_call("spawn_subagent", {"agent": "researcher", "task": "generators"})
+    found = findings(("A generator function contains yield.", ["generators.md"]))
+    quoted = "Call it as `f(sys.argv[1:])`."  # brackets in prose are not citations
+    model = ScriptedModel(
+        {
+            "lead": [
+                spawn,
+                text(f"Generators yield [generators.md]; bread is baked [bread.md]. {quoted}"),
+                text(f"Generators yield [generators.md]. {quoted}"),
+            ],
+            "researcher": [
+                tool_call("read", {"doc_id": "generators.md"}),
+                final(found),
+            ],
+        }
+    )
+    result = await run(lead(corpus), "Generators?", model=model)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.output == f"Generators yield [generators.md]. {quoted}"
+    (asked,) = [m.text for m in result.messages if m.text.startswith("The output was rejected")]
+    assert "[bread.md], which no researcher's findings cite" in asked
+    assert "[1:]" not in asked and "([generators.md])" in asked
+
+
+def test_findings_sources_reads_urls_ids_and_a_json_cut_short() -> None:
+    spawn = ToolUseBlock("c1", "spawn_subagent", {"agent": "researcher", "task": "t"})
+    whole = findings(("a", ["https://Example.org/a/"]), ("b", ["[topic:for]"]))
+    cut = findings(("c", ["topic:while"]), ("d", ["topic:never-seen"])).model_dump_json()
+    results = [
+        (spawn, ToolResultBlock("c1", whole.model_dump_json())),
+        (spawn, ToolResultBlock("c1", cut[: cut.index("topic:never")])),  # at max_result_chars
+        (spawn, ToolResultBlock("c1", '{"claims": [{"sources": ["x:y"]}]}', is_error=True)),
+    ]
+    assert findings_sources(results) == {"https://example.org/a", "topic:for", "topic:while"}
+
+
+async def test_the_offline_lead_answers_a_rejection_without_the_lines_citing_what_it_names(
+    corpus: tuple[Path, Path],
+) -> None:
+    def no_context_md(ctx: OutputContext, answer: str) -> str:
+        """Worded as answer_cites_only_findings words it: the offline lead reads that form."""
+        if "[context.md" in answer:
+            cited = sorted({c for c in re.findall(r"\[(context\.md[^\]]*)\]", answer)})
+            raise OutputRejected(
+                "The answer cites "
+                + ", ".join(f"[{c}]" for c in cited)
+                + ", which no researcher's findings cite. Drop those citations."
+            )
+        return answer
+
+    agent = lead(corpus, no_context_md).replace(model="offline")
+    result = await run(agent, "How do generators and context managers work?")
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert "[generators.md" in result.output and "[context.md" not in result.output
+    assert len([m for m in result.messages if m.text.startswith("The output was rejected")]) == 1
