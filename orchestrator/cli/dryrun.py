@@ -25,16 +25,20 @@ _PRICING_PROBE = Usage(input_tokens=1_000_000, output_tokens=1_000_000)
 
 def output_types(root: Agent) -> dict[str, dict[str, Any]]:
     """What each agent of the tree answers with, by name: ``type`` (``str`` for text), its
-    ``fields`` (none for text, or for a type that is not an object) and the ``mode`` it is asked
-    in (``text``, ``tool`` or ``native``)."""
+    ``fields`` (none for text, or for a type that is not an object), the ``mode`` it is asked
+    in (``text``, ``tool`` or ``native``) and the names of the ``validators`` that check it."""
     out: dict[str, dict[str, Any]] = {}
     for name, agent in AgentTree(root).by_name.items():
         spec = agent.output_spec
+        validators = [
+            getattr(fn, "__qualname__", None) or repr(fn) for fn in agent.output_validators
+        ]
         if spec is None:
             out[name] = {"type": "str", "fields": [], "mode": "text"}
         else:
             fields = [] if spec.wrapped else list(spec.fields)
             out[name] = {"type": spec.name, "fields": fields, "mode": spec.mode}
+        out[name]["validators"] = validators
     return out
 
 

@@ -1101,6 +1101,8 @@ def _dry_run(
                 shown += f" {{{', '.join(output['fields'])}}}"
             if output["mode"] != "text":
                 shown += f" ({output['mode']} mode)"
+            if output["validators"]:
+                shown += f", checked by {', '.join(output['validators'])}"
             sys.stdout.write(terminal_safe(f"output of {name}: {shown}") + "\n")
     return 0
 

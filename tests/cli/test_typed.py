@@ -150,10 +150,35 @@ def test_the_dry_run_names_each_agents_output_type_fields_and_mode(cli: Cli, wor
     assert "output of lister: list[Findings] (tool mode)" in listed.stdout.splitlines()
     doc = json.loads(cli("run", "typed.py:native", "go", "--dry-run", "--json").stdout)
     assert doc["outputs"] == {
-        "native": {"type": "Findings", "fields": ["topic", "facts"], "mode": "native"},
-        "researcher": {"type": "Findings", "fields": ["topic", "facts"], "mode": "tool"},
-        "plain": {"type": "str", "fields": [], "mode": "text"},
+        "native": {
+            "type": "Findings",
+            "fields": ["topic", "facts"],
+            "mode": "native",
+            "validators": [],
+        },
+        "researcher": {
+            "type": "Findings",
+            "fields": ["topic", "facts"],
+            "mode": "tool",
+            "validators": [],
+        },
+        "plain": {"type": "str", "fields": [], "mode": "text", "validators": []},
     }
+
+
+def test_the_dry_run_names_the_validators_that_check_each_answer(
+    cli: Cli, work: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    research = Path(__file__).parents[2] / "agents" / "research.py"
+    proc = cli("run", str(research), "go", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert "output of lead: text, checked by answer_cites_only_findings" in lines
+    assert (
+        "output of researcher: Findings {summary, claims} (tool mode), "
+        "checked by cited_sources_were_read"
+    ) in lines
 
 
 def test_a_child_ending_invalid_output_shows_in_the_progress_and_its_parent_goes_on(
