@@ -235,3 +235,24 @@ def test_a_web_researcher_that_got_nothing_may_cite_nothing() -> None:
             _ctx((Message.user("q"),)),
             WebFindings(summary="s", claims=[WebClaim(text="t", sources=["https://x.example"])]),
         )
+
+
+def test_a_lead_citing_a_url_no_researcher_found_is_asked_again_and_drops_it(
+    tmp_path: Path,
+) -> None:
+    own = "https://lead.example.com/from-memory"
+    responder = WebTreeResponder(PARTS, lead_cites=[own])
+    with FakeMessagesServer(responder=responder) as server:
+        proc = _run_cli(server, tmp_path)
+        assert not server.errors, server.errors
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["status"] == "completed"
+    first, second = responder.answers
+    assert f"[{own}]" in first
+    leads = [b for b in server.bodies if _system(b).startswith("You lead")]
+    told = json.dumps(leads[-1]["messages"][-1]["content"])
+    assert f"[{own}], which no researcher's findings cite" in told
+    assert own not in out["output"] and out["output"] == second
+    cited = {u.rstrip(".,") for u in URL.findall(out["output"])}
+    assert cited == {f"{site(i)}/page-{k}" for i in range(3) for k in (0, 1)}

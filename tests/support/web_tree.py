@@ -7,7 +7,8 @@ would:
 
 - the lead, first: one ``spawn_subagent`` call per part of the question, all in one turn;
   then, given the findings: an answer citing the URLs of its researchers' claims (and, with
-  ``lead_cites``, one more URL of its own), saying which parts found nothing;
+  ``lead_cites``, one more URL of its own), saying which parts found nothing; told that answer
+  was rejected, the same answer without the lines naming the URLs the rejection names;
 - a researcher, first: a hosted ``web_search`` (results: ``results_per_search`` URLs of its
   part's site), a ``web_fetch`` of the first two results, and ``final_result`` with one claim per
   fetched page; a researcher whose part is in ``cite_unread`` adds a claim citing a URL it never
@@ -36,6 +37,7 @@ from .fake_messages_server import (
 )
 
 LEAD_MARK = "You lead a web research team"
+REJECTED = "The output was rejected"
 UNREAD_URL = "https://unread.example.net/remembered-not-fetched"
 
 
@@ -82,6 +84,14 @@ class WebTreeResponder:
             )
             preamble = {"type": "text", "text": f"This needs {len(calls)} researchers."}
             return Message((preamble, *calls), stop_reason="tool_use")
+        last = _text_of(messages[-1]["content"])
+        if last.startswith(REJECTED):  # told which URLs to drop
+            named = re.findall(r"\[(\S+?)\]", last.split(", which no researcher")[0])
+            answer = "\n".join(
+                line for line in self.answers[-1].splitlines() if not any(n in line for n in named)
+            )
+            self.answers.append(answer)
+            return Message(({"type": "text", "text": answer},), stop_reason="end_turn")
         results = {
             b["tool_use_id"]: b
             for b in messages[-1]["content"]
