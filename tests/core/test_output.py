@@ -482,3 +482,53 @@ async def test_traced_typed_chat_spans_say_json_and_a_rejection_is_an_event():
     assert chats and all(s.attributes.get("gen_ai.output.type") == "json" for s in chats)
     events = [e for s in spans for e in s.events if e.name == "orchestrator.output.rejected"]
     assert len(events) == 1
+
+
+async def test_a_rejected_text_answer_is_a_span_event_and_an_async_validator_may_judge_it():
+    async def polite(ctx: OutputContext, answer: str) -> str:
+        if "please" not in answer:
+            raise OutputRejected("say please")
+        return answer
+
+    model = ScriptedModel([text("give"), text("give, please")])
+    with recording_spans() as recorder:
+        result = await run(
+            Agent("a", "x", output_validators=[polite]),
+            "go",
+            model=model,
+            tracer_provider=recorder.tracer_provider,
+        )
+    assert result.status is RunStatus.COMPLETED and result.output == "give, please"
+    events = [
+        e for s in recorder.spans for e in s.events if e.name == "orchestrator.output.rejected"
+    ]
+    assert len(events) == 1
+    assert events[0].attributes["orchestrator.output.rejections"] == 1
+    chats = [s for s in recorder.spans if s.attributes.get("gen_ai.operation.name") == "chat"]
+    assert chats and all(s.attributes.get("gen_ai.output.type") != "json" for s in chats)
+
+
+async def test_a_text_child_past_its_output_retries_reaches_its_parent_as_an_error_envelope():
+    def never(ctx: OutputContext, answer: str) -> str:
+        raise OutputRejected("not good enough")
+
+    child = Agent(
+        "child",
+        "c",
+        description="answers",
+        limits=Limits(output_retries=0),
+        output_validators=[never],
+    )
+    lead = Agent("lead", "l", subagents=[child])
+    scripts = {
+        "lead": [tool_call("spawn_subagent", {"agent": "child", "task": "t"}), text("done")],
+        "child": [text("my answer")],
+    }
+    result = await run(lead, "go", model=ScriptedModel(scripts))
+    assert result.status is RunStatus.COMPLETED, result.error
+    (kid,) = result.children
+    assert kid.status is RunStatus.INVALID_OUTPUT and kid.output == ""  # as any failed text agent
+    assert "my answer" in (kid.error or "")
+    (spawned,) = [b for m in result.messages for b in m.content if b.type == "tool_result"]
+    assert spawned.is_error and "invalid_output" in spawned.content
+    valid_transcript(result.messages)

@@ -1,5 +1,6 @@
 """Typed results in a journal: a resumed run gives the same typed values, each replayed answer
-checked again, and a journal refuses a tree whose output types changed (issue 34)."""
+checked again (a text agent's by its validators too), and a journal refuses a tree whose
+output types changed (issue 34)."""
 
 from __future__ import annotations
 
@@ -154,3 +155,55 @@ async def test_a_text_agent_made_typed_is_refused_as_another_output(tmp_path: Pa
     typed = plain.replace(output_type=Report)
     with pytest.raises(ConfigurationError, match="agent 'solo' has another output type or mode"):
         await resume(path, agent=typed, model=MODEL)
+
+
+def check_text(ctx: OutputContext, answer: str) -> str:
+    CHECKED.append(ctx.agent_path)
+    if answer in REJECT:
+        raise OutputRejected(f"{answer} is not an answer any more")
+    return answer
+
+
+def answer_text(request: ModelRequest) -> object:
+    """:func:`answer` for text workers: each answers its task (a rejected one "<task> again"),
+    and the lead (once "up") joins what they said."""
+    ASKED.append(request.agent.path)
+    messages = request.messages
+    if request.agent.name == "lead":
+        if len(messages) == 1:
+            return [tool_call("spawn_subagent", {"agent": "worker", "task": t}) for t in ("a", "b")]
+        if "provider" not in UP:
+            raise RuntimeError("the lead's provider is down")
+        return text(" ".join(b.content for b in messages[-1].content if b.type == "tool_result"))
+    task = messages[0].content[0].text
+    rejected = messages[-1].role == "user" and "rejected" in messages[-1].content[0].text
+    return text(f"{task} again" if rejected else task)
+
+
+TEXT_MODEL = FunctionModel(answer_text)
+TEXT_LEAD = Agent(
+    "lead",
+    "Report.",
+    subagents=[Agent("worker", "Find.", description="finds", output_validators=[check_text])],
+)
+
+
+async def test_a_text_agents_replayed_answers_are_checked_again_and_a_now_rejected_one_asked(
+    tmp_path: Path,
+):
+    path = tmp_path / "run.db"
+    first = await run(TEXT_LEAD, "go", model=TEXT_MODEL, journal=path)
+    assert first.status is RunStatus.ERROR  # the lead's second call failed
+    assert [c.output for c in first.children] == ["a", "b"]
+    assert sorted(CHECKED) == ["lead/worker#1", "lead/worker#2"]
+    CHECKED.clear()
+    ASKED.clear()
+    UP.add("provider")
+    REJECT.add("a")  # the validator changed between the run and its resume
+    again = await resume(path, agent=TEXT_LEAD, model=TEXT_MODEL)
+    assert again.status is RunStatus.COMPLETED, again.error
+    assert [c.output for c in again.children] == ["a again", "b"]
+    assert again.output == "a again b"
+    assert sorted(ASKED) == ["lead", "lead/worker#1"]  # only the rejected one was asked
+    # both replayed answers were checked again, and the new one once more
+    assert sorted(CHECKED) == ["lead/worker#1", "lead/worker#1", "lead/worker#2"]

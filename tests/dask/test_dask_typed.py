@@ -93,3 +93,22 @@ async def test_every_typed_value_of_a_remote_subtree_is_validated_again_by_the_p
     assert middle.output == trees.Finding(key="middle of alpha", value="ALPHA in a worker")
     assert worker.output == trees.Finding(key="alpha", value="ALPHA in a worker")
     assert type(middle.output) is type(worker.output) is trees.Finding
+
+
+async def test_a_remote_text_childs_validators_run_where_it_runs_and_its_parent_gets_the_verdict(
+    dask_client,
+):
+    result = await run(
+        trees.TEXT_LEAD, "alpha,never", model=trees.TEXT_MODEL, runner=runner(dask_client)
+    )
+    assert result.status is RunStatus.COMPLETED, result.error
+    good, never = result.children
+    # rejected once on the worker, asked again there, the validator's changed text kept
+    assert good.status is RunStatus.COMPLETED and good.turns == 2
+    assert good.output == "found alpha (checked in a worker)"
+    assert never.status is RunStatus.INVALID_OUTPUT
+    assert "rejected 3 times" in (never.error or "")
+    # the lead's model read the good answer, and the other as a failed child's envelope
+    first, second = [b for m in result.messages for b in m.content if b.type == "tool_result"]
+    assert not first.is_error and first.content == good.output
+    assert second.is_error and "invalid_output" in second.content

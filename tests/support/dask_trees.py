@@ -11,7 +11,7 @@ from pathlib import Path
 import trio
 from pydantic import BaseModel, field_validator
 
-from orchestrator import Agent, tool
+from orchestrator import Agent, OutputContext, OutputRejected, tool
 from orchestrator.models import FunctionModel, ScriptedModel, final, text, tool_call
 
 
@@ -225,3 +225,32 @@ TYPED_MIDDLE = Agent(
 )
 DEEP_LEAD = Agent("lead", "You lead.", subagents=[TYPED_MIDDLE])
 DEEP_MODEL = FunctionModel(deep_answer)
+
+
+def said_where(ctx: OutputContext, answer: str) -> str:
+    """A text worker's validator: an answer without "found" is rejected (asked again); one
+    with it is returned saying which process checked it."""
+    if "found" not in answer:
+        raise OutputRejected("say what you found")
+    return f"{answer} (checked in {'a worker' if multiprocessing.parent_process() else 'the main'})"
+
+
+def text_answer(request: object) -> object:
+    """A FunctionModel's function: the lead spawns a worker per comma-separated key of its task
+    and joins their results; each worker answers its key, then (asked again) "found <key>"; the
+    key "never" answers without "found" each time."""
+    agent = request.agent  # type: ignore[attr-defined]
+    messages = request.messages  # type: ignore[attr-defined]
+    if agent.name == "lead":
+        if len(messages) == 1:
+            return spawns(*messages[0].content[0].text.split(","))
+        return text(" | ".join(b.content for b in messages[-1].content if b.type == "tool_result"))
+    key = messages[0].content[0].text
+    return text(key if len(messages) == 1 or key == "never" else f"found {key}")
+
+
+TEXT_WORKER = Agent(
+    "worker", "You work.", description="finds one key", output_validators=[said_where]
+)
+TEXT_LEAD = Agent("lead", "You lead.", subagents=[TEXT_WORKER])
+TEXT_MODEL = FunctionModel(text_answer)
