@@ -13,6 +13,11 @@ The web research tree's researchers (``agents/web_research.py``) answer with
 must be a URL one of the researcher's own hosted ``web_search`` or ``web_fetch`` results gave
 (:func:`urls_seen`, read from the ``web_search_tool_result`` / ``web_fetch_tool_result``
 blocks of its transcript), compared as :func:`url_key` writes them.
+
+Both trees' leads answer in prose and hold :func:`answer_cites_only_findings` (an output
+validator on a text agent): a citation in the answer that none of its researchers' claims cite
+(:func:`findings_sources`, read from the lead's own ``spawn_subagent`` results) is named and
+the lead asked again.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from ..core.messages import (
     ToolUseBlock,
 )
 from ..core.output import OutputContext
+from .sources import FOLDER_SUFFIXES
 
 __all__ = [
     "Claim",
@@ -64,6 +70,9 @@ _CITATION = re.compile(r"\[([^\s\[\]]+)\](?!\()")
 # the sources of a child's JSON cut at the parent's max_result_chars (no longer parseable)
 _SOURCES_LIST = re.compile(r'"sources"\s*:\s*\[([^\]]*)')
 _QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
+# the kinds of document id a corpus gives ("topic:for", "stdlib:json", "notes/a.md"): always
+# citations, even when no researcher cited one of that kind
+_DOCUMENT_KINDS: Final = frozenset({"stdlib:", "topic:", *FOLDER_SUFFIXES})
 
 
 class Claim(BaseModel):
@@ -301,13 +310,14 @@ def _kind(source: str) -> str | None:
         return head + ":"
     name = source.split("#", 1)[0].rsplit("/", 1)[-1]
     _, dot, ext = name.rpartition(".")
-    return "." + ext if dot and ext.isalnum() else None
+    return "." + ext.lower() if dot and ext.isalnum() else None
 
 
 def _is_citation(token: str, kinds: Set[str | None]) -> bool:
     """Whether a bracketed token of a lead's prose is a citation to check: a URL, or an id of a
-    kind the findings cite (``topic:...`` when they cite ``topic:for``, ``*.md`` when they cite
-    ``a.md``). Anything else in brackets (``sys.argv[1:]`` in a quoted passage) is prose."""
+    kind the findings cite (``x:...`` when they cite ``x:y``, ``*.md`` when they cite ``a.md``)
+    or a corpus gives (``topic:``, ``stdlib:``, a document file's extension), cited or not.
+    Anything else in brackets (``sys.argv[1:]`` in a quoted passage) is prose."""
     return _is_url(url_key(token)) or _kind(token) in kinds
 
 
@@ -322,7 +332,7 @@ def answer_cites_only_findings(ctx: OutputContext, answer: str) -> str:
     researchers' validator checked. A citation of anything else raises
     :class:`~orchestrator.OutputRejected` naming each; the lead is asked again."""
     allowed = findings_sources(ctx.tool_results)
-    kinds = {_kind(a) for a in allowed if not _is_url(a)} - {None}
+    kinds = ({_kind(a) for a in allowed if not _is_url(a)} - {None}) | _DOCUMENT_KINDS
     bad = [
         cited
         for cited in dict.fromkeys(_CITATION.findall(answer))

@@ -367,3 +367,25 @@ async def test_the_offline_lead_answers_a_rejection_without_the_lines_citing_wha
     assert result.status is RunStatus.COMPLETED, result.error
     assert "[generators.md" in result.output and "[context.md" not in result.output
     assert len([m for m in result.messages if m.text.startswith("The output was rejected")]) == 1
+
+
+async def test_a_lead_whose_researchers_cited_nothing_may_cite_no_document_of_any_corpus_kind(
+    corpus: tuple[Path, Path],
+) -> None:
+    spawn = tool_call("spawn_subagent", {"agent": "researcher", "task": "bread"})
+    model = ScriptedModel(
+        {
+            "lead": [
+                spawn,
+                text("Bread is baked [Bread.MD], as [topic:while] and [stdlib:json] say."),
+                text("Nothing was found about bread."),
+            ],
+            "researcher": [final(findings())],  # it found nothing: no kinds to go by
+        }
+    )
+    result = await run(lead(corpus), "Bread?", model=model)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.output == "Nothing was found about bread."
+    (asked,) = [m.text for m in result.messages if m.text.startswith("The output was rejected")]
+    assert "The answer cites [Bread.MD], [topic:while], [stdlib:json], which" in asked
+    assert "(they cited none)" in asked
