@@ -151,6 +151,21 @@ AGENTS = textwrap.dedent(
         ),
         subagents=[worker],
     )
+    # the same team whose naps outlast any Ctrl-C: none can finish before it, however loaded
+    sleepy_team = team.replace(
+        model=ScriptedModel(
+            {
+                "lead": [
+                    [
+                        tool_call("spawn_subagent", {"agent": "worker", "task": f"nap {i}"})
+                        for i in range(3)
+                    ],
+                    text("The team is rested."),
+                ],
+                "worker": [tool_call("nap", {"seconds": 600}), text("rested")],
+            }
+        )
+    )
     dry = Agent(
         "dry",
         "Never run.",
@@ -737,7 +752,7 @@ def test_ctrl_c_on_a_terminal_keeps_the_cancel_notice_and_draws_the_final_tree(
     work: Path,
 ) -> None:
     code, out, terminal = run_in_pty(
-        work, "run", "agents.py:team", "Rest", interrupt_when=work / "napping"
+        work, "run", "agents.py:sleepy_team", "Rest", interrupt_when=work / "napping"
     )
     assert code == 130, terminal
     assert out == ""
