@@ -134,38 +134,21 @@ AGENTS = textwrap.dedent(
         tools=[echo],
     )
     worker = Agent("worker", "Nap, then report.", description="Naps.", tools=[nap])
-    team = Agent(
-        "lead",
-        "Spawn three workers.",
-        model=ScriptedModel(
+    def napping_team(seconds: float) -> ScriptedModel:
+        """A lead spawning three workers at once, each napping ``seconds``."""
+        spawns = [
+            tool_call("spawn_subagent", {"agent": "worker", "task": f"nap {i}"}) for i in range(3)
+        ]
+        return ScriptedModel(
             {
-                "lead": [
-                    [
-                        tool_call("spawn_subagent", {"agent": "worker", "task": f"nap {i}"})
-                        for i in range(3)
-                    ],
-                    text("The team is rested."),
-                ],
-                "worker": [tool_call("nap", {"seconds": 0.5}), text("rested")],
-            }
-        ),
-        subagents=[worker],
-    )
-    # the same team whose naps outlast any Ctrl-C: none can finish before it, however loaded
-    sleepy_team = team.replace(
-        model=ScriptedModel(
-            {
-                "lead": [
-                    [
-                        tool_call("spawn_subagent", {"agent": "worker", "task": f"nap {i}"})
-                        for i in range(3)
-                    ],
-                    text("The team is rested."),
-                ],
-                "worker": [tool_call("nap", {"seconds": 600}), text("rested")],
+                "lead": [spawns, text("The team is rested.")],
+                "worker": [tool_call("nap", {"seconds": seconds}), text("rested")],
             }
         )
-    )
+
+    team = Agent("lead", "Spawn three workers.", model=napping_team(0.5), subagents=[worker])
+    # the same team whose naps outlast any Ctrl-C: none can finish before it, however loaded
+    sleepy_team = team.replace(model=napping_team(600))
     dry = Agent(
         "dry",
         "Never run.",
