@@ -334,6 +334,20 @@ class _Bridge:
         self.cancel_requested = False  # asked before the run had opened: done when it does
         self.leave_requested = False
 
+    async def settle(self, work: Callable[[], Awaitable[RunResult[Any]]]) -> None:
+        """Run ``work`` in the guest and hand its result, or what it raised, to the asyncio
+        side; an interrupt or exit is passed on after that, to end the guest too."""
+        try:
+            result = await work()
+        except (KeyboardInterrupt, SystemExit) as exc:
+            self.fail(exc)
+            raise
+        except BaseException as exc:  # this run's alone: no other run of the guest sees it
+            self.fail(exc)
+        else:
+            if not self.finished.done():
+                self.finished.set_result(result)
+
     def fail(self, exc: BaseException) -> None:
         for fut in (self.opened, self.finished):
             if fut.done():
@@ -349,29 +363,23 @@ def _start(host: _Host, agent: Agent, prompt: str, kwargs: dict[str, Any]) -> _B
     bridge = _Bridge(host.loop)
     ctx = contextvars.copy_context()
 
+    async def work() -> RunResult[Any]:
+        async with _trio_open_run(agent, prompt, **kwargs) as handle:
+            bridge.handle = handle
+            if bridge.cancel_requested:
+                handle.cancel()
+            with trio.CancelScope() as leave:
+                bridge.leave = leave
+                if bridge.leave_requested:
+                    leave.cancel()
+                if not bridge.opened.done():
+                    bridge.opened.set_result(None)
+                await handle.result()
+        return await handle.result()  # the block has ended: the tree has wound down
+
     async def job() -> None:
         _enter_context(ctx)
-        try:
-            async with _trio_open_run(agent, prompt, **kwargs) as handle:
-                bridge.handle = handle
-                if bridge.cancel_requested:
-                    handle.cancel()
-                with trio.CancelScope() as leave:
-                    bridge.leave = leave
-                    if bridge.leave_requested:
-                        leave.cancel()
-                    if not bridge.opened.done():
-                        bridge.opened.set_result(None)
-                    await handle.result()
-            result = await handle.result()  # the block has ended: the tree has wound down
-        except (KeyboardInterrupt, SystemExit) as exc:
-            bridge.fail(exc)
-            raise
-        except BaseException as exc:  # this run's alone: no other run of the guest sees it
-            bridge.fail(exc)
-        else:
-            if not bridge.finished.done():
-                bridge.finished.set_result(result)
+        await bridge.settle(work)
 
     host.submit(job)
     return bridge
@@ -655,24 +663,17 @@ async def resume(
     bridge = _Bridge(host.loop)
     ctx = contextvars.copy_context()
 
+    async def work() -> RunResult[Any]:
+        with trio.CancelScope() as leave:
+            bridge.leave = leave
+            if bridge.leave_requested:
+                leave.cancel()
+            result = await trio_resume(journal_path, agent=agent, approvals=approvals, **options)
+        return result
+
     async def job() -> None:
         _enter_context(ctx)
-        try:
-            with trio.CancelScope() as leave:
-                bridge.leave = leave
-                if bridge.leave_requested:
-                    leave.cancel()
-                result = await trio_resume(
-                    journal_path, agent=agent, approvals=approvals, **options
-                )
-        except (KeyboardInterrupt, SystemExit) as exc:
-            bridge.fail(exc)
-            raise
-        except BaseException as exc:  # this run's alone: no other run of the guest sees it
-            bridge.fail(exc)
-        else:
-            if not bridge.finished.done():
-                bridge.finished.set_result(result)
+        await bridge.settle(work)
 
     host.submit(job)
     try:
